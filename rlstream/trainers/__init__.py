@@ -1,0 +1,1 @@
+"""Learning core: model, pre-training, RL (GRPO, PPO), samplers, checkpoints."""
