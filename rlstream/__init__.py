@@ -1,3 +1,3 @@
-"""rlstream: event-streaming RL post-training of language models with predictive prompt selection."""
+"""rlstream: event-streaming RL post-training of language models with prompt selection."""
 
 __version__ = "0.1.0"

@@ -1,8 +1,20 @@
-"""The `rlstream` command: stack, publish, tail, replay, topics, bench, train."""
+"""The `rlstream` command: stack, publish, tail, replay, topics, bench, train.
+
+Commands are thin: they parse arguments, call a function from the package, and render tables
+and progress with rich. Errors a user can fix are caught in `main` and printed as one line.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from rlstream.trainers import commands as trainer_commands
 
@@ -12,15 +24,422 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
+    add_completion=False,
 )
+stack_app = typer.Typer(help="The embedded stack: Tansu broker, SeaweedFS S3, local Qdrant.")
 bench_app = typer.Typer(help="Benchmarks that print tables (median and spread over repeats).")
+app.add_typer(stack_app, name="stack")
 app.add_typer(bench_app, name="bench")
+
+console = Console()
+err = Console(stderr=True)
+
+SummaryOpt = typer.Option(None, "--summary", help="Write the headline figures here as JSON.")
+StateDirOpt = typer.Option(
+    None, "--state-dir", help="Stack state directory [default: $RLSTREAM_HOME or ./.rlstream]."
+)
+
+
+def write_summary(path: Path | None, figures: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=2, default=str) + "\n")
+
+
+def _state_dir(path: Path | None) -> Path:
+    from rlstream.connectors.endpoints import state_dir
+
+    return (path or state_dir()).resolve()
+
+
+def event_for(topic: str):
+    """A topic argument: the short name (`rollouts`) or the full name (`rl.rollouts.v1`)."""
+    from rlstream.schemas import latest_events, resolve_topic
+
+    try:
+        return resolve_topic(topic)
+    except KeyError:
+        names = ", ".join(e.name for e in latest_events())
+        raise typer.BadParameter(f"unknown topic {topic!r}; known: {names}") from None
+
+
+def endpoints():
+    from rlstream.connectors.endpoints import Endpoints
+
+    return Endpoints.from_env()
+
+
+# --- stack -----------------------------------------------------------------------------------
+
+
+@stack_app.command("up")
+def stack_up(
+    state_dir: Path | None = StateDirOpt,
+    durable: bool = typer.Option(False, help="Keep the broker's log in the S3 server."),
+    foreground: bool = typer.Option(False, help="Run in this terminal; Ctrl-C stops it."),
+) -> None:
+    """Start the broker and the S3 server (once: a running stack is reused)."""
+    from rlstream.ops import stackctl
+
+    directory = _state_dir(state_dir)
+    if foreground:
+        raise typer.Exit(stackctl.supervise(directory, durable))
+    state, started = stackctl.up(directory, durable=durable)
+    verb = "started" if started else "already running"
+    console.print(f"[green]stack {verb}[/] in {directory}")
+    _print_endpoints(state["endpoints"])
+
+
+def _print_endpoints(public: dict) -> None:
+    table = Table(show_header=False, box=None)
+    for key, value in public.items():
+        table.add_row(key, str(value))
+    console.print(table)
+
+
+@stack_app.command("down")
+def stack_down(state_dir: Path | None = StateDirOpt) -> None:
+    """Stop every server of the stack; no process or port is left behind."""
+    from rlstream.ops import stackctl
+
+    stopped = stackctl.down(_state_dir(state_dir))
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "no stack was running")
+
+
+@stack_app.command("status")
+def stack_status(
+    state_dir: Path | None = StateDirOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Each server's pid, port, uptime and resident memory, and the total."""
+    from rlstream.ops import stackctl
+
+    rows = stackctl.status(_state_dir(state_dir))
+    total = round(sum(r["rss_mb"] for r in rows), 1)
+    if as_json:
+        print(json.dumps({"servers": rows, "total_rss_mb": total}, indent=2))
+        return
+    if not rows:
+        console.print("no stack is running (start one with `rlstream stack up`)")
+        raise typer.Exit(1)
+    table = Table("server", "pid", "port", "alive", "uptime", "RSS MB", title="rlstream stack")
+    for r in rows:
+        alive = "[green]yes[/]" if r["alive"] else "[red]no[/]"
+        table.add_row(
+            r["server"], str(r["pid"]), str(r["port"]), alive, f"{r['uptime_s']:.0f}s",
+            f"{r['rss_mb']:.1f}",
+        )  # fmt: skip
+    table.add_row("total", "", "", "", "", f"{total:.1f}", style="bold")
+    console.print(table)
+
+
+# --- publish / tail / replay / topics -------------------------------------------------------
+
+
+def _rate_progress():
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+
+
+@app.command()
+def publish(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help=".jsonl, .csv or .parquet"),
+    topic: str = typer.Option("prompts", "--topic", "-t", help="Short or full topic name."),
+    batch_rows: int = typer.Option(256, min=1, max=100_000, help="Rows per Kafka message."),
+    run_id: str = typer.Option("default", help="Run id written into every event's envelope."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Validate rows from FILE and publish them as Arrow events; bad rows are reported."""
+    import time
+
+    from rlstream.connectors.files import count_rows
+    from rlstream.ops.publish import publish_file
+
+    event = event_for(topic)
+    total = count_rows(file)
+    with _rate_progress() as progress:
+        task = progress.add_task(f"publish → {event.topic}", total=total, rate="")
+        started = time.perf_counter()
+
+        def on_progress(rows: int) -> None:
+            rate = rows / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, completed=rows, rate=f"{rate:,.0f} rows/s")
+
+        report = asyncio.run(
+            publish_file(endpoints(), file, event, batch_rows=batch_rows, run_id=run_id,
+                         on_progress=on_progress)
+        )  # fmt: skip
+    for where, reason in report.bad_rows[:50]:
+        err.print(f"[yellow]skipped[/] {file.name} {where}: {reason}")
+    if len(report.bad_rows) > 50:
+        err.print(f"[yellow]... and {len(report.bad_rows) - 50} more bad rows[/]")
+    figures = report.summary()
+    table = Table("figure", "value", title=f"published {file.name}")
+    for key, value in figures.items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    console.print(table)
+    write_summary(summary, figures)
+
+
+def _read_range(from_beginning, since, until, from_offset, follow):
+    from rlstream.connectors.reading import ReadRange
+    from rlstream.ops.replay import parse_time
+
+    return ReadRange(
+        from_beginning=from_beginning,
+        from_offset=from_offset,
+        since_ms=parse_time(since) if since else None,
+        until_ms=parse_time(until) if until else None,
+        follow=follow,
+    )
+
+
+def _cell(value) -> str:
+    from datetime import datetime
+
+    if isinstance(value, datetime):
+        return value.strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(value, list):
+        return f"[{len(value)} items]"
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _json_value(value):
+    import base64
+    from datetime import datetime
+
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+@app.command()
+def tail(
+    topic: str = typer.Argument(..., help="Short (`rollouts`) or full (`rl.rollouts.v1`) name."),
+    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at offset 0."),
+    since: str | None = typer.Option(None, help="Start at a time: ISO-8601, `10m`, epoch ms."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep waiting for new events."),
+    where: str | None = typer.Option(None, help="SQL filter, e.g. \"reward > 0 AND task='add'\""),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per row, for piping."),
+    limit: int | None = typer.Option(None, min=1, help="Stop after this many rows."),
+) -> None:
+    """Decode and show a topic's events; undecodable messages are shown with their reason."""
+    from rlstream.ops.replay import RowFilter, decoded_messages
+
+    event = event_for(topic)
+    row_filter = RowFilter(event, where) if where else None
+    # Without --follow, show what the topic holds; with it and no start, only new events.
+    start_at_beginning = from_beginning or not follow
+    rng = _read_range(start_at_beginning, since, None, None, follow)
+    shown = 0
+    columns = [f.name for f in event.schema if f.name not in ("event_id", "run_id")]
+
+    async def run() -> None:
+        nonlocal shown
+        first = True
+        async for message in decoded_messages(endpoints(), event, rng, row_filter=row_filter):
+            where_ = {"_partition": message.partition, "_offset": message.offset}
+            if message.error is not None:
+                if as_json:
+                    print(json.dumps({**where_, "_error": str(message.error),
+                                      "_kind": message.error.kind}), flush=True)  # fmt: skip
+                else:
+                    err.print(f"[red]undecodable[/] p{message.partition}@{message.offset}: "
+                              f"{message.error}")  # fmt: skip
+                continue
+            rows = message.rows.to_pylist()
+            if limit is not None:
+                rows = rows[: limit - shown]
+            if as_json:
+                for row in rows:
+                    out = {k: _json_value(v) for k, v in row.items()}
+                    print(json.dumps({**out, **where_}), flush=True)
+            elif rows:
+                table = Table(show_header=first, box=None, pad_edge=False)
+                for name in columns:
+                    table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=6)
+                for row in rows:
+                    table.add_row(*(_cell(row[c]) for c in columns))
+                console.print(table)
+                first = False
+            shown += len(rows)
+            if limit is not None and shown >= limit:
+                return
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+
+
+@app.command()
+def replay(
+    topic: str = typer.Argument(..., help="Short or full topic name."),
+    out: Path = typer.Option(..., "--out", "-o", help="Parquet file to write."),
+    since: str | None = typer.Option(None, help="From this time: ISO-8601, `10m`, epoch ms."),
+    until: str | None = typer.Option(None, help="Up to this time (inclusive)."),
+    from_offset: int | None = typer.Option(None, min=0, help="From this offset per partition."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Read a time or offset range of a topic into Parquet for DuckDB, Polars or pandas."""
+    from rlstream.ops.replay import replay_to_parquet
+
+    event = event_for(topic)
+    rng = _read_range(True, since, until, from_offset, False)
+    with _rate_progress() as progress:
+        task = progress.add_task(f"replay {event.topic}", total=None, rate="")
+
+        def on_progress(p) -> None:
+            progress.update(task, completed=p.read, total=p.total, rate=f"{p.value_bytes:,} B")
+
+        report = asyncio.run(replay_to_parquet(endpoints(), event, rng, out,
+                                               on_progress=on_progress))  # fmt: skip
+        progress.update(task, total=report.messages, completed=report.messages)
+    for partition, offset, reason in report.bad_messages[:20]:
+        err.print(f"[yellow]skipped[/] p{partition}@{offset}: {reason}")
+    figures = report.summary()
+    table = Table("figure", "value", title=f"replayed into {out}")
+    for key, value in figures.items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    console.print(table)
+    write_summary(summary, figures)
+
+
+@app.command()
+def topics(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Every topic with partitions, message counts and consumer-group lag."""
+    from rlstream.ops.topics import describe
+
+    infos = asyncio.run(describe(endpoints()))
+    if as_json:
+        print(json.dumps([i.__dict__ for i in infos], indent=2))
+        return
+    table = Table("topic", "partitions", "messages", "consumer-group lag", title="topics")
+    for i in infos:
+        lag = ", ".join(f"{g}: {n:,}" for g, n in sorted(i.lag.items())) or "-"
+        table.add_row(i.topic, str(i.partitions), f"{i.messages:,}", lag)
+    console.print(table)
+
+
+@bench_app.command("broker")
+def bench_broker(
+    messages: int = typer.Option(2000, min=10, help="Messages per repeat and arm."),
+    repeats: int = typer.Option(5, min=1, help="Repeats (arms alternate order)."),
+    rows: int = typer.Option(64, min=1, help="Rows per rollout event."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Produce+consume throughput of rollout events, codec vs raw bytes, and the codec alone."""
+    from rlstream.ops.bench_broker import broker_bench, codec_bench
+
+    with _stack_for_bench() as eps:
+        err.print(f"broker bench: {repeats} repeats x {messages} messages x {rows} rows ...")
+        result = asyncio.run(broker_bench(eps, messages=messages, repeats=repeats, rows=rows))
+    codec = codec_bench(repeats=repeats, rows=rows)
+    arms, size = result["arms"], result["message_bytes"]
+    raw = arms["raw bytes"].median
+    table = Table("path", "rows/s (median)", "min-max", "MB/s", "ratio vs raw",
+                  title=f"broker throughput, {rows}-row rollout events of {size:,} B")  # fmt: skip
+    figures: dict = {"message_bytes": size, "rows": rows, "messages": messages, "repeats": repeats}
+    for name, fig in arms.items():
+        mb_s = fig.median / rows * size / 1e6
+        table.add_row(name, f"{fig.median:,.0f}", fig.spread(), f"{mb_s:,.1f}",
+                      f"{fig.median / raw:.2f}")  # fmt: skip
+        key = name.replace("+", "_").replace(" ", "_")
+        figures[f"{key}_rows_per_s"] = round(fig.median, 1)
+        figures[f"{key}_mb_per_s"] = round(mb_s, 2)
+    ratio = arms["codec+broker"].median / raw
+    figures["codec_vs_raw_ratio"] = round(ratio, 3)
+    console.print(table)
+    table = Table("codec alone (1 core)", "rows/s (median)", "min-max", "target",
+                  title="Arrow IPC codec, validation included")  # fmt: skip
+    for name, fig in codec.items():
+        ok = "[green]met[/]" if fig.median >= 200_000 else "[red]missed[/]"
+        table.add_row(name, f"{fig.median:,.0f}", fig.spread(), f">= 200,000 {ok}")
+        figures[f"codec_{name}_rows_per_s"] = round(fig.median, 1)
+    console.print(table)
+    verdict = "[green]met[/]" if ratio >= 0.8 else "[red]missed[/]"
+    console.print(f"codec+broker / raw bytes = {ratio:.2f} (target >= 0.80: {verdict})")
+    write_summary(summary, figures)
+
+
+@contextlib.contextmanager
+def _stack_for_bench():
+    """The running stack's endpoints, or a temporary embedded stack for this command."""
+    import os
+    import tempfile
+
+    from rlstream.connectors.endpoints import ENDPOINTS_FILE, state_dir
+
+    configured = "RLSTREAM_KAFKA_BOOTSTRAP" in os.environ
+    if configured or (state_dir() / ENDPOINTS_FILE).exists():
+        yield endpoints()
+        return
+    from rlstream.ops.stack import EmbeddedStack
+
+    with tempfile.TemporaryDirectory(prefix="rlstream-bench-") as tmp:
+        err.print("no stack running: starting a temporary one")
+        with EmbeddedStack(Path(tmp)) as stack:
+            yield stack.endpoints
+
 
 trainer_commands.register(app, bench_app)
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    from rlstream.connectors.files import UnsupportedFile
+    from rlstream.connectors.kafka import TopicConfigError
+    from rlstream.connectors.reading import TopicNotFound
+    from rlstream.ops.replay import BadTime
+    from rlstream.ops.stack import StackError
+
+    return (KafkaConnectionError, KafkaError, UnsupportedFile, TopicConfigError, TopicNotFound,
+            BadTime, StackError, ValueError, FileNotFoundError, TimeoutError)  # fmt: skip
+
+
 def main() -> None:
-    app()
+    """Run the CLI; errors a user can fix become one line on stderr and exit status 2."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001  (narrowed just below)
+        if not isinstance(exc, _user_errors()):
+            raise
+        err.print(f"[red]error:[/] {_explain(exc)}")
+        sys.exit(2)
+
+
+def _explain(exc: BaseException) -> str:
+    from aiokafka.errors import KafkaConnectionError
+
+    if isinstance(exc, KafkaConnectionError):
+        bootstrap = endpoints().kafka_bootstrap
+        return (f"cannot reach the Kafka broker at {bootstrap}: start the embedded stack with "
+                "`rlstream stack up`, or set RLSTREAM_KAFKA_BOOTSTRAP")  # fmt: skip
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 if __name__ == "__main__":

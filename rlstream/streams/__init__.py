@@ -1,1 +1,1 @@
-"""Stream processors (faust-streaming agents), one agent per stream. Filled in by the streaming-loop issue."""
+"""Stream processors (faust-streaming agents), one agent per stream."""

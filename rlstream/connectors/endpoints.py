@@ -1,0 +1,104 @@
+"""Where the infrastructure is: one frozen `Endpoints`, read from the environment.
+
+Precedence: RLSTREAM_* environment variables, then the endpoints file that `rlstream stack up`
+writes under the state directory, then loopback defaults. Secrets are kept out of `repr`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+ENDPOINTS_FILE = "endpoints.json"
+
+_ENV = {
+    "kafka_bootstrap": "RLSTREAM_KAFKA_BOOTSTRAP",
+    "s3_endpoint": "RLSTREAM_S3_ENDPOINT",
+    "s3_access_key": "RLSTREAM_S3_ACCESS_KEY",
+    "s3_secret_key": "RLSTREAM_S3_SECRET_KEY",
+    "s3_bucket": "RLSTREAM_S3_BUCKET",
+    "s3_secure": "RLSTREAM_S3_SECURE",
+    "qdrant_url": "RLSTREAM_QDRANT_URL",
+    "qdrant_path": "RLSTREAM_QDRANT_PATH",
+    "session_timeout_ms": "RLSTREAM_SESSION_TIMEOUT_MS",
+}
+
+
+def state_dir() -> Path:
+    """The embedded stack's state directory: $RLSTREAM_HOME, else ./.rlstream."""
+    return Path(os.environ.get("RLSTREAM_HOME", ".rlstream")).resolve()
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Addresses and credentials of the broker, the object store and the vector store."""
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    s3_endpoint: str = "127.0.0.1:8333"
+    s3_access_key: str = field(default="rlstream", repr=False)
+    s3_secret_key: str = field(default="rlstream-secret", repr=False)
+    s3_bucket: str = "rlstream"
+    s3_secure: bool = False
+    qdrant_url: str | None = None
+    """A Qdrant server URL; when unset, Qdrant runs in local mode under `qdrant_path`."""
+    qdrant_path: str | None = None
+    session_timeout_ms: int = 10_000
+    """Consumer-group session timeout; the first join on Tansu waits about half of it."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Endpoints:
+        env = dict(os.environ if env is None else env)
+        base = cls.from_state_file(state_dir()) or cls()
+        overrides: dict[str, object] = {}
+        for name, var in _ENV.items():
+            if var in env and env[var] != "":
+                overrides[name] = _parse(name, var, env[var])
+        return replace(base, **overrides)
+
+    @classmethod
+    def from_state_file(cls, directory: Path) -> Endpoints | None:
+        path = directory / ENDPOINTS_FILE
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def write(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / ENDPOINTS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return path
+
+    def as_env(self) -> dict[str, str]:
+        """The environment variables that reproduce these endpoints in a child process."""
+        out = {}
+        for name, var in _ENV.items():
+            value = getattr(self, name)
+            if value is not None:
+                out[var] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+    def public(self) -> dict[str, object]:
+        """Everything but the secrets, for logs and status tables."""
+        data = asdict(self)
+        data.pop("s3_secret_key")
+        data.pop("s3_access_key")
+        return data
+
+
+def _parse(name: str, var: str, raw: str) -> object:
+    if name == "s3_secure":
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{var}={raw!r}: expected true or false")
+        return raw.lower() in ("true", "1")
+    if name == "session_timeout_ms":
+        if not raw.isdigit():
+            raise ValueError(f"{var}={raw!r}: expected a whole number of milliseconds")
+        return int(raw)
+    return raw

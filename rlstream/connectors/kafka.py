@@ -1,0 +1,176 @@
+"""Kafka clients over aiokafka, configured for what INFRA.md measured on the Tansu broker.
+
+- Producers write one record per Kafka record batch (`max_batch_size=1`): Tansu's ListOffsets
+  is wrong for multi-record batches. No idempotence, no transactions (the broker has neither):
+  delivery is at-least-once and sinks de-duplicate by `event_id`.
+- Consumers never auto-commit: offsets are committed by hand after the side effect.
+- Topics are created up front with their final partition count (no CreatePartitions).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.partitioner import murmur2
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.schemas import DEFAULT_MAX_MESSAGE_BYTES, EventType, all_events, encode
+
+log = logging.getLogger(__name__)
+
+
+class TopicConfigError(RuntimeError):
+    """An existing topic has a partition count other than the design's."""
+
+
+def producer(endpoints: Endpoints, **overrides) -> AIOKafkaProducer:
+    """An unstarted producer: one record per batch, acks from the leader, no idempotence."""
+    settings = dict(
+        bootstrap_servers=endpoints.kafka_bootstrap,
+        max_batch_size=1,  # one record per record batch: keeps ListOffsets right on Tansu
+        linger_ms=0,
+        acks=1,
+        enable_idempotence=False,
+        max_request_size=DEFAULT_MAX_MESSAGE_BYTES + 64_000,
+    )
+    settings.update(overrides)
+    return AIOKafkaProducer(**settings)
+
+
+def consumer(
+    endpoints: Endpoints, *topics: str, group_id: str | None = None, **overrides
+) -> AIOKafkaConsumer:
+    """An unstarted consumer that never auto-commits; commit after the side effect."""
+    session_ms = endpoints.session_timeout_ms
+    settings = dict(
+        bootstrap_servers=endpoints.kafka_bootstrap,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=session_ms,
+        heartbeat_interval_ms=max(100, session_ms // 6),
+        rebalance_timeout_ms=max(session_ms, 10_000),
+        fetch_max_wait_ms=100,
+        max_partition_fetch_bytes=2 * DEFAULT_MAX_MESSAGE_BYTES,
+    )
+    settings.update(overrides)
+    return AIOKafkaConsumer(*topics, **settings)
+
+
+def admin(endpoints: Endpoints) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(bootstrap_servers=endpoints.kafka_bootstrap)
+
+
+async def ensure_topics(
+    endpoints: Endpoints, events: Iterable[EventType] | None = None
+) -> list[str]:
+    """Create every event topic that does not exist yet; return the names created.
+
+    Raises TopicConfigError when an existing topic has the wrong partition count: the design's
+    co-partitioning by prompt_id depends on it and this broker cannot add partitions later.
+    """
+    events = list(all_events() if events is None else events)
+    client = admin(endpoints)
+    await client.start()
+    try:
+        existing = set(await client.list_topics())
+        missing = [e for e in events if e.topic not in existing]
+        if missing:
+            await client.create_topics(
+                [NewTopic(e.topic, e.partitions, replication_factor=1) for e in missing]
+            )
+        present = [e for e in events if e.topic in existing]
+        if present:
+            described = await client.describe_topics([e.topic for e in present])
+            counts = {d["topic"]: len(d["partitions"]) for d in described}
+            for e in present:
+                if counts.get(e.topic) != e.partitions:
+                    raise TopicConfigError(
+                        f"topic {e.topic} has {counts.get(e.topic)} partitions, the design "
+                        f"needs {e.partitions}; delete and recreate it"
+                    )
+        return [e.topic for e in missing]
+    finally:
+        await client.close()
+
+
+def partition_for(key: str | bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for `key` (murmur2, as the JVM client)."""
+    raw = key.encode() if isinstance(key, str) else key
+    return (murmur2(raw) & 0x7FFFFFFF) % partitions
+
+
+def split_by_partition(
+    event: EventType, batch: pa.RecordBatch, partitions: int | None = None
+) -> list[tuple[int, pa.RecordBatch]]:
+    """Split a batch so each part's rows all belong on one partition by the event's key."""
+    n = partitions or event.partitions
+    keys = batch.column(event.key).to_pylist()
+    parts = [partition_for(str(k), n) for k in keys]
+    out = []
+    for p in sorted(set(parts)):
+        idx = pa.array([i for i, q in enumerate(parts) if q == p], pa.int64())
+        out.append((p, batch.take(idx)))
+    return out
+
+
+class EventProducer:
+    """Encodes event batches and sends them keyed so a prompt's events share a partition."""
+
+    def __init__(self, endpoints: Endpoints, **overrides):
+        self._producer = producer(endpoints, **overrides)
+        self.messages = 0
+        self.value_bytes = 0
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def __aenter__(self) -> EventProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    @property
+    def raw(self) -> AIOKafkaProducer:
+        return self._producer
+
+    async def send(self, event: EventType, batch: pa.RecordBatch, *, wait: bool = True) -> list:
+        """Send `batch` split by key partition; returns the delivery futures (or metadata)."""
+        futures = []
+        for partition, part in split_by_partition(event, batch):
+            value, headers = encode(event, part)
+            key = str(part.column(event.key)[0].as_py()).encode()
+            self.messages += 1
+            self.value_bytes += len(value)
+            futures.append(
+                await self._producer.send(
+                    event.topic, value, key=key, partition=partition, headers=headers
+                )
+            )
+        if wait:
+            return [await f for f in futures]
+        return futures
+
+    async def send_encoded(
+        self, topic: str, value: bytes, headers: Sequence, key: bytes | None, partition: int
+    ):
+        return await self._producer.send(
+            topic, value, key=key, partition=partition, headers=list(headers)
+        )
+
+
+async def topic_partitions(consumer_: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """The topic's partitions, fetching metadata on first use; [] if the topic does not exist."""
+    parts = consumer_.partitions_for_topic(topic)
+    if parts is None and topic in await consumer_.topics():
+        parts = consumer_.partitions_for_topic(topic)
+    return [TopicPartition(topic, p) for p in sorted(parts or ())]

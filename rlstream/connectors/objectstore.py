@@ -1,0 +1,143 @@
+"""The object store (S3: MinIO in production, SeaweedFS embedded) over the `minio` client.
+
+Layout (ARCHITECTURE.md): `<run_id>/experience/policy=<v>/part-<first_offset>.parquet`,
+`<run_id>/checkpoints/step=<n>/...`, `<run_id>/reports/...`. Object names are derived from event
+ids or offsets, so writing the same thing twice overwrites it instead of duplicating it.
+Transient failures (connection errors, 5xx, throttling) are retried with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import urllib3
+from minio import Minio
+from minio.error import S3Error
+from tenacity import (
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from rlstream.connectors.endpoints import Endpoints
+
+log = logging.getLogger(__name__)
+
+_RETRYABLE_S3_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout"}
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, S3Error):
+        return exc.code in _RETRYABLE_S3_CODES
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+_retry = retry(
+    retry=retry_if_exception(_transient),
+    stop=stop_after_attempt(6),
+    wait=wait_exponential(multiplier=0.1, max=5),
+    reraise=True,
+)
+
+
+class ObjectStore:
+    """Put, get and list objects (Parquet tables, checkpoints, reports) in one bucket."""
+
+    def __init__(self, endpoints: Endpoints, bucket: str | None = None):
+        self.bucket = bucket or endpoints.s3_bucket
+        http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=5, read=60), retries=False, maxsize=8
+        )
+        self.client = Minio(
+            endpoints.s3_endpoint,
+            access_key=endpoints.s3_access_key,
+            secret_key=endpoints.s3_secret_key,
+            secure=endpoints.s3_secure,
+            http_client=http,
+        )
+
+    @_retry
+    def ensure_bucket(self) -> None:
+        if not self.client.bucket_exists(self.bucket):
+            self.client.make_bucket(self.bucket)
+
+    @_retry
+    def put_bytes(self, name: str, data: bytes, content_type: str = "application/octet-stream"):
+        self.client.put_object(
+            self.bucket, name, io.BytesIO(data), len(data), content_type=content_type
+        )
+        return f"s3://{self.bucket}/{name}"
+
+    @_retry
+    def get_bytes(self, name: str) -> bytes:
+        response = self.client.get_object(self.bucket, name)
+        try:
+            return response.read()
+        finally:
+            response.close()
+            response.release_conn()
+
+    def put_parquet(self, name: str, table: pa.Table | pa.RecordBatch) -> str:
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        sink = io.BytesIO()
+        pq.write_table(table, sink, compression="zstd")
+        return self.put_bytes(name, sink.getvalue(), "application/vnd.apache.parquet")
+
+    def get_parquet(self, name: str) -> pa.Table:
+        return pq.read_table(io.BytesIO(self.get_bytes(name)))
+
+    def put_file(self, name: str, path: Path) -> str:
+        return self.put_bytes(name, Path(path).read_bytes())
+
+    def get_file(self, name: str, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.get_bytes(name))
+        return path
+
+    @_retry
+    def list(self, prefix: str = "") -> list[str]:
+        """Object names under `prefix`, recursively, sorted."""
+        objects = self.client.list_objects(self.bucket, prefix=prefix, recursive=True)
+        return sorted(o.object_name for o in objects)
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.client.stat_object(self.bucket, name)
+        except S3Error as exc:
+            if exc.code in ("NoSuchKey", "NoSuchObject", "NotFound"):
+                return False
+            raise
+        return True
+
+    @_retry
+    def delete(self, name: str) -> None:
+        self.client.remove_object(self.bucket, name)
+
+    def read_parquet_prefix(self, prefix: str) -> pa.Table:
+        """Concatenate every Parquet object under `prefix` (e.g. a run's experience archive)."""
+        tables = [self.get_parquet(n) for n in self.list(prefix) if n.endswith(".parquet")]
+        return pa.concat_tables(tables) if tables else pa.table({})
+
+    def iter_parquet(self, prefix: str) -> Iterator[tuple[str, pa.Table]]:
+        for name in self.list(prefix):
+            if name.endswith(".parquet"):
+                yield name, self.get_parquet(name)
+
+
+def experience_object(run_id: str, policy_version: int, first_offset: int, partition: int) -> str:
+    """The archive name of an experience batch: idempotent, derived from its position."""
+    return (
+        f"{run_id}/experience/policy={policy_version}/part-{partition}-{first_offset:012d}.parquet"
+    )
+
+
+def checkpoint_prefix(run_id: str, step: int) -> str:
+    return f"{run_id}/checkpoints/step={step}/"

