@@ -1,0 +1,149 @@
+"""Prompts, the task-family interface and its registry, deterministic train/held-out splits.
+
+A task family turns a `random.Random` and a difficulty into a `Prompt` whose `answer` is the exact
+completion a correct model writes (for arithmetic: zero-padded, digit-reversed, see arithmetic.py).
+Families also know how to verify a completion and, for pre-training, which *systematic* mistake a
+flawed worked solution makes (INFRA.md: random wrong answers leave greedy accuracy unmoved by RL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One verifiable prompt; every field is a plain str/int so it fits an Arrow `prompts` event."""
+
+    prompt_id: str
+    text: str
+    task: str
+    difficulty: int
+    answer: str
+
+    def to_row(self) -> dict:
+        """The prompt as a plain dict (prompt_id, text, task, difficulty, answer)."""
+        return asdict(self)
+
+
+def make_prompt_id(task: str, text: str) -> str:
+    """Deterministic id from content: the same task and text always give the same id.
+
+    >>> make_prompt_id("add", "037+085=") == make_prompt_id("add", "037+085=")
+    True
+    """
+    return hashlib.sha1(f"{task}\x1f{text}".encode()).hexdigest()[:16]
+
+
+def make_prompt(task: str, text: str, answer: str, difficulty: int) -> Prompt:
+    return Prompt(make_prompt_id(task, text), text, task, int(difficulty), answer)
+
+
+class TaskFamily(Protocol):
+    """A procedural generator of verifiable prompts with a difficulty knob."""
+
+    name: str
+    difficulties: tuple[int, ...]
+
+    def generate(self, rng: random.Random, difficulty: int) -> Prompt:
+        """A random prompt of the given difficulty."""
+        ...
+
+    def verify(self, completion: str, prompt: Prompt) -> bool:
+        """Whether a completion (without the stop token) solves the prompt."""
+        ...
+
+    def flawed_answer(self, prompt: Prompt) -> str | None:
+        """The answer a systematically wrong worked solution writes, or None if there is none."""
+        ...
+
+
+TASKS: dict[str, TaskFamily] = {}
+
+
+def register_task(family: TaskFamily) -> TaskFamily:
+    """Add a family to the registry; a duplicate name is an error."""
+    if family.name in TASKS:
+        raise ValueError(f"task family {family.name!r} is already registered")
+    TASKS[family.name] = family
+    return family
+
+
+def get_task(name: str) -> TaskFamily:
+    """Look a family up by name; `rg:<dataset>` builds a reasoning-gym adapter on first use."""
+    if name not in TASKS and name.startswith("rg:"):
+        from rlstream.trainers.envs.rgym import ReasoningGymTask
+
+        register_task(ReasoningGymTask(name.removeprefix("rg:")))
+    if name not in TASKS:
+        raise KeyError(f"unknown task family {name!r}; known: {sorted(TASKS)} or rg:<dataset>")
+    return TASKS[name]
+
+
+def split_of(prompt_id: str, seed: int, heldout_frac: float) -> str:
+    """'heldout' or 'train', a pure function of (prompt_id, seed): splits are disjoint by design."""
+    h = int(hashlib.sha1(f"{seed}:{prompt_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "heldout" if h < heldout_frac else "train"
+
+
+@dataclass(frozen=True)
+class TaskMix:
+    """Which families to draw from, with weights, and which difficulties of each."""
+
+    weights: dict[str, float]
+    difficulties: dict[str, tuple[int, ...]] | None = None
+    heldout_frac: float = 0.2
+
+    @classmethod
+    def parse(cls, spec: str, heldout_frac: float = 0.2) -> TaskMix:
+        """Parse 'add,sub' or 'add:2,mul:1@1-2' (name[:weight][@dmin-dmax]) into a mix."""
+        weights, diffs = {}, {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            part, _, drange = part.partition("@")
+            name, _, w = part.partition(":")
+            weights[name] = float(w) if w else 1.0
+            if drange:
+                lo, _, hi = drange.partition("-")
+                diffs[name] = tuple(range(int(lo), int(hi or lo) + 1))
+        for name in weights:
+            get_task(name)
+        return cls(weights, diffs or None, heldout_frac)
+
+    def draw(self, rng: random.Random) -> Prompt:
+        """One prompt: a family by weight, then a difficulty uniformly from its range."""
+        names = list(self.weights)
+        name = rng.choices(names, weights=[self.weights[n] for n in names])[0]
+        family = get_task(name)
+        diffs = (self.difficulties or {}).get(name, family.difficulties)
+        return family.generate(rng, rng.choice(diffs))
+
+
+def sample_prompts(
+    mix: TaskMix, n: int, split: str, seed: int, unique: bool = True
+) -> list[Prompt]:
+    """n prompts of one split ('train' or 'heldout'), reproducible from seed.
+
+    Membership is decided by `split_of(prompt_id, seed)` so the same seed always gives disjoint
+    splits however many prompts are drawn from each.
+    """
+    rng = random.Random(f"{seed}:{split}")
+    out, seen = [], set()
+    for _ in range(200 * n + 1000):
+        if len(out) == n:
+            return out
+        p = mix.draw(rng)
+        if split_of(p.prompt_id, seed, mix.heldout_frac) != split:
+            continue
+        if unique and p.prompt_id in seen:
+            continue
+        seen.add(p.prompt_id)
+        out.append(p)
+    raise ValueError(f"could only draw {len(out)} of {n} {split} prompts: the task space is small")
+
+
+def verify(completion: str, prompt: Prompt) -> bool:
+    """Whether a completion solves a prompt, by its family's verifier."""
+    return get_task(prompt.task).verify(completion, prompt)

@@ -1,0 +1,394 @@
+"""The in-process loop: pre-train until the validation loss plateaus, then RL, then evaluate.
+
+`train_local(Args(...)) -> summary dict` is the Python API behind `rlstream train --mode local`.
+Read top to bottom: Args -> setup -> pre-training loop -> hand-off -> RL loop -> report.
+Every random draw comes from a generator whose state is checkpointed, so a resumed run repeats
+the uninterrupted one exactly (CPU, same thread count).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from rlstream.trainers.backend import CosineSchedule, make_adamw, make_backend
+from rlstream.trainers.checkpoint import (
+    DirectoryStore,
+    latest_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
+from rlstream.trainers.envs import TaskMix, sample_prompts, verify
+from rlstream.trainers.evaluate import evaluate
+from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.pretrain import Corpus, Plateau, build_corpus, eval_loss, lm_loss
+from rlstream.trainers.rewards import build_reward, verifier_reward
+from rlstream.trainers.rl import Experience, Learner, RLArgs
+from rlstream.trainers.samplers import make_sampler
+from rlstream.trainers.sampling import sample
+
+
+@dataclass
+class Args:
+    tasks: str = "add,sub"
+    """task mix: name[:weight][@dmin-dmax], comma separated (families: add sub mul chain ...)"""
+    seed: int = 0
+    """seed of everything: splits, corpus, init, sampling"""
+    threads: int = 2
+    """torch CPU threads"""
+    device: str = "auto"
+    """cpu, cuda or auto"""
+    backend: str = "auto"
+    """torch, deepspeed, or auto (deepspeed on CUDA when installed)"""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage"""
+    n_layer: int = 4
+    """transformer layers"""
+    n_head: int = 4
+    """attention heads"""
+    n_embd: int = 128
+    """embedding width"""
+    block_size: int = 32
+    """context length (prompt + completion)"""
+    corpus_docs: int = 100_000
+    """pre-training documents (worked solutions from the train split)"""
+    flaw_rate: float = 0.65
+    """share of flawable documents written with their family's systematic mistake"""
+    pretrain_batch: int = 128
+    """documents per pre-training step"""
+    pretrain_lr: float = 2e-3
+    """peak pre-training learning rate"""
+    pretrain_max_steps: int = 2000
+    """cap on pre-training steps (the cosine schedule's length)"""
+    warmup_steps: int = 100
+    """linear warmup steps"""
+    val_interval: int = 200
+    """pre-training steps between validation-loss checks"""
+    patience: int = 3
+    """validation checks without improvement before pre-training is declared converged"""
+    min_delta: float = 0.003
+    """smallest validation-loss improvement that counts"""
+    algo: str = "grpo"
+    """RL algorithm: grpo or ppo"""
+    rl_steps: int = 200
+    """RL steps (one experience batch and one update each)"""
+    prompts_per_step: int = 32
+    """prompts per RL step"""
+    group_size: int = 8
+    """completions per prompt (G)"""
+    temperature: float = 1.0
+    """sampling temperature for rollouts and pass@1"""
+    rl_lr: float = 1e-4
+    """RL learning rate"""
+    kl_coef: float = 0.0
+    """KL penalty weight to the frozen pre-trained reference"""
+    update_epochs: int = 1
+    """RL update epochs per batch"""
+    num_minibatches: int = 1
+    """RL minibatches per epoch"""
+    max_new_tokens: int = 8
+    """longest completion sampled"""
+    hybrid: bool = False
+    """mix pre-training loss into RL updates and append verified rollouts to the corpus"""
+    hybrid_ratio: float = 0.3
+    """share of hybrid compute spent on pre-training loss (0.3 = RL:LM 7:3)"""
+    sampler: str = "uniform"
+    """prompt sampler (see rlstream.trainers.samplers.SAMPLERS)"""
+    pool_size: int = 20_000
+    """train prompts the sampler draws from"""
+    reward_rules: str | None = None
+    """JSON reward rule file (default: the task families' verifiers, 1 or 0)"""
+    eval_prompts: int = 256
+    """held-out prompts evaluated"""
+    eval_samples: int = 8
+    """samples per prompt for pass@1"""
+    eval_interval: int = 25
+    """RL steps between held-out evaluations"""
+    checkpoint_dir: str | None = None
+    """directory for checkpoints (none: no checkpoints)"""
+    checkpoint_every: int = 0
+    """steps (pre-train + RL) between checkpoints; 0 = never"""
+    keep_last: int = 3
+    """checkpoints retained"""
+    resume: bool = False
+    """continue from the newest checkpoint in checkpoint_dir"""
+    out_dir: str | None = None
+    """where history.json and curves.png go"""
+    summary: str | None = None
+    """path of the summary JSON"""
+    progress: bool = True
+    """show rich progress bars and the final table"""
+
+    def __post_init__(self):
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("resume needs checkpoint_dir")
+        if self.algo not in ("grpo", "ppo"):
+            raise ValueError(f"algo must be grpo or ppo, got {self.algo!r}")
+        if not 0 <= self.hybrid_ratio < 1:
+            raise ValueError("hybrid_ratio is a share of compute in [0, 1)")
+
+
+class Run:
+    """Everything the loop mutates, in one place (and in one checkpoint)."""
+
+    def __init__(self, args: Args):
+        self.args = a = args
+        torch.set_num_threads(a.threads)
+        torch.manual_seed(a.seed)
+        dev = "cuda" if a.device == "auto" and torch.cuda.is_available() else a.device
+        self.device = "cpu" if dev == "auto" else dev
+        self.tok = CharTokenizer()
+        self.mix = TaskMix.parse(a.tasks)
+        cfg = GPTConfig(self.tok.vocab_size, a.block_size, a.n_layer, a.n_head, a.n_embd,
+                        value_head=a.algo == "ppo")  # fmt: skip
+        model = GPT(cfg).to(self.device)
+        self.backend = make_backend(
+            model, make_adamw(model, a.pretrain_lr), a.backend, 1.0, a.zero_stage
+        )
+        self.model = self.backend.module
+        self.schedule = CosineSchedule(
+            a.pretrain_lr, a.warmup_steps, a.pretrain_max_steps, a.pretrain_lr / 10
+        )
+        self.corpus = Corpus(build_corpus(self.mix, a.corpus_docs, a.flaw_rate, a.seed, a.seed),
+                             self.tok, a.block_size)  # fmt: skip
+        self.val = Corpus(build_corpus(self.mix, 4096, a.flaw_rate, a.seed + 1, a.seed),
+                          self.tok, a.block_size)  # fmt: skip
+        self.added_docs: list[str] = []
+        self.eval_set = sample_prompts(self.mix, a.eval_prompts, "heldout", a.seed)
+        pool = sample_prompts(self.mix, a.pool_size, "train", a.seed, unique=False)
+        self.sampler = make_sampler(a.sampler, pool, a.seed)
+        self.reward_fn = build_reward(a.reward_rules) if a.reward_rules else verifier_reward
+        self.data_gen = torch.Generator().manual_seed(a.seed)
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(a.seed + 7)
+        self.plateau = Plateau(a.patience, a.min_delta)
+        self.phase, self.pre_step, self.rl_step, self.rollouts = "pretrain", 0, 0, 0
+        self.history: list[dict] = []
+        self.pretrain_eval: dict = {}
+        self.ref: GPT | None = None
+        self.learner: Learner | None = None
+        self.store = DirectoryStore(a.checkpoint_dir) if a.checkpoint_dir else None
+
+    @property
+    def step(self) -> int:
+        return self.pre_step + self.rl_step
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(), "optimizer": self.backend.optimizer_state(),
+            "schedule": self.schedule.state_dict(), "plateau": self.plateau.state_dict(),
+            "sampler": self.sampler.state_dict(), "data_gen": self.data_gen.get_state(),
+            "sample_gen": self.sample_gen.get_state(), "phase": self.phase,
+            "pre_step": self.pre_step, "rl_step": self.rl_step, "rollouts": self.rollouts,
+            "history": self.history, "pretrain_eval": self.pretrain_eval,
+            "added_docs": self.added_docs, "args": asdict(self.args),
+            "ref": self.ref.state_dict() if self.ref else None,
+            "learner": self.learner.state_dict() if self.learner else None,
+        }  # fmt: skip
+
+    def load_state_dict(self, s: dict) -> None:
+        self.model.load_state_dict(s["model"])
+        self.backend.load_optimizer_state(s["optimizer"])
+        self.plateau.load_state_dict(s["plateau"])
+        self.sampler.load_state_dict(s["sampler"])
+        self.data_gen.set_state(s["data_gen"])
+        self.sample_gen.set_state(s["sample_gen"])
+        self.phase, self.pre_step, self.rl_step = s["phase"], s["pre_step"], s["rl_step"]
+        self.rollouts, self.history, self.pretrain_eval = (
+            s["rollouts"],
+            s["history"],
+            s["pretrain_eval"],
+        )
+        self.added_docs = s["added_docs"]
+        self.corpus.extend(self.added_docs)
+        if s["ref"] is not None:
+            self.start_rl(ref_state=s["ref"])
+            self.learner.load_state_dict(s["learner"])
+        set_rng_state(s["rng"])
+
+    def maybe_checkpoint(self) -> None:
+        a = self.args
+        if self.store and a.checkpoint_every and self.step % a.checkpoint_every == 0:
+            save_checkpoint(self.store, self.step, self.state_dict(), a.keep_last)
+
+    def start_rl(self, ref_state: dict | None = None) -> None:
+        """Freeze a copy of the pre-trained policy as the KL reference; build the learner."""
+        a = self.args
+        self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if ref_state is not None:
+            self.ref.load_state_dict(ref_state)
+        rl_args = RLArgs(algo=a.algo, lr=a.rl_lr, kl_coef=a.kl_coef, update_epochs=a.update_epochs,
+                         num_minibatches=a.num_minibatches)  # fmt: skip
+        self.learner = Learner(self.backend, self.ref, rl_args, self.tok.pad_id, a.seed)
+        self.backend.set_lr(a.rl_lr)
+        self.phase = "rl"
+
+    def evaluate(self) -> dict:
+        a = self.args
+        return evaluate(self.model, self.tok, self.eval_set, a.max_new_tokens, a.eval_samples,
+                        a.temperature, seed=a.seed + 123)  # fmt: skip
+
+
+def pretrain_step(run: Run) -> dict:
+    a = run.args
+    run.backend.set_lr(run.schedule(run.pre_step))
+    x, y = run.corpus.batch(a.pretrain_batch, run.data_gen)
+    loss = lm_loss(run.backend.model, x.to(run.device), y.to(run.device), run.tok.pad_id)
+    run.backend.step(loss)
+    run.pre_step += 1
+    row = {
+        "phase": "pretrain",
+        "step": run.step,
+        "loss": float(loss.detach()),
+        "lr": run.schedule(run.pre_step - 1),
+    }
+    if run.pre_step % a.val_interval == 0 or run.pre_step >= a.pretrain_max_steps:
+        row["val_loss"] = eval_loss(run.model, run.val, 8, 256, a.seed)
+        if run.plateau.update(row["val_loss"]) or run.pre_step >= a.pretrain_max_steps:
+            run.phase = "handoff"
+    return row
+
+
+def rl_step(run: Run) -> dict:
+    """Select prompts, sample G completions each, score, update, report rewards to the sampler."""
+    a = run.args
+    prompts = run.sampler.select(run.rl_step, a.prompts_per_step)
+    s = sample(run.model, run.tok, [p.text for p in prompts], a.group_size, a.max_new_tokens,
+               a.temperature, generator=run.sample_gen)  # fmt: skip
+    rows = [prompts[i] for i in s.prompt_index]
+    rewards = run.reward_fn(s.texts, prompts=rows, answer=[p.answer for p in rows],
+                            text=[p.text for p in rows])  # fmt: skip
+    correct = [verify(c, p) for c, p in zip(s.texts, rows, strict=True)]
+    G = a.group_size
+    run.sampler.update(prompts, [rewards[i * G : (i + 1) * G] for i in range(len(prompts))])
+    exp = Experience(s.prompt_tokens, s.tokens, s.logprobs, rewards,
+                     [f"{i}:{p.prompt_id}" for i, p in zip(s.prompt_index, rows, strict=True)],
+                     [run.learner.version] * len(rows))  # fmt: skip
+    lm_batch = None
+    if a.hybrid:
+        n_lm = max(1, round(len(rows) * a.hybrid_ratio / (1 - a.hybrid_ratio)))
+        lm_batch = run.corpus.batch(n_lm, run.data_gen)
+        new = [p.text + c + "\n" for p, c, ok in zip(rows, s.texts, correct, strict=True) if ok]
+        run.corpus.extend(new)
+        run.added_docs += new
+    m = run.learner.step(exp, lm_batch)
+    run.rl_step += 1
+    run.rollouts += len(rows)
+    row = {"phase": "rl", "step": run.step, "rl_step": run.rl_step,
+           "accuracy": sum(correct) / len(correct)} | m  # fmt: skip
+    row["zero_var_groups"] = sum(
+        len(set(rewards[i * G : (i + 1) * G])) == 1 for i in range(len(prompts))
+    ) / len(prompts)
+    if run.rl_step % a.eval_interval == 0 or run.rl_step == a.rl_steps:
+        row |= run.evaluate()
+    return row
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                    disable=not enabled)  # fmt: skip
+
+
+def _info(row: dict, keys: dict[str, str]) -> str:
+    return "  ".join(f"{label} {row[k]:.3f}" for k, label in keys.items() if k in row)
+
+
+def train_local(args: Args) -> dict:
+    """Pre-train, hand off, RL, evaluate; returns (and optionally writes) the summary."""
+    t0 = time.time()
+    run = Run(args)
+    if args.resume and (state := latest_checkpoint(run.store)) is not None:
+        run.load_state_dict(state)
+    a, info = args, {}
+    with _progress(a.progress) as bar:
+        pt = bar.add_task("pretrain", total=a.pretrain_max_steps, completed=run.pre_step, info="")
+        while run.phase == "pretrain":
+            row = pretrain_step(run)
+            run.history.append(row)
+            info |= {k: row[k] for k in ("loss", "val_loss") if k in row}
+            bar.update(
+                pt, completed=run.pre_step, info=_info(info, {"loss": "loss", "val_loss": "val"})
+            )
+            if run.phase == "pretrain":
+                run.maybe_checkpoint()
+        t_pre = time.time() - t0
+        if run.phase == "handoff":
+            ev = run.evaluate()
+            run.pretrain_eval = ev | {"steps": run.pre_step, "wall_s": t_pre}
+            run.history.append({"phase": "rl", "step": run.step, "rl_step": 0} | ev)
+            run.start_rl()
+            run.maybe_checkpoint()
+        rl = bar.add_task("rl", total=a.rl_steps, completed=run.rl_step, info="")
+        while run.rl_step < a.rl_steps:
+            row = rl_step(run)
+            run.history.append(row)
+            info |= {k: row[k] for k in ("reward", "greedy", "pass1", "entropy") if k in row}
+            bar.update(
+                rl,
+                completed=run.rl_step,
+                info=_info(
+                    info,
+                    {"reward": "reward", "greedy": "greedy", "pass1": "pass@1", "entropy": "H"},
+                ),
+            )
+            run.maybe_checkpoint()
+    final = (
+        run.evaluate() if not run.history or "greedy" not in run.history[-1] else run.history[-1]
+    )
+    summary = _summary(run, final, time.time() - t0)
+    _write_outputs(run, summary)
+    return summary
+
+
+def _summary(run: Run, final: dict, wall_s: float) -> dict:
+    pe = run.pretrain_eval
+    return {
+        "tasks": run.args.tasks, "algo": run.args.algo, "params": run.model.num_params(),
+        "pretrain_steps": pe.get("steps"), "pretrain_wall_s": pe.get("wall_s"),
+        "pretrain_accuracy": pe.get("greedy"), "pretrain_pass1": pe.get("pass1"),
+        "final_accuracy": final["greedy"], "final_pass1": final.get("pass1"),
+        "pretrain_by_task": pe.get("greedy_by_task"), "final_by_task": final["greedy_by_task"],
+        "rl_steps": run.rl_step, "rollouts": run.rollouts,
+        "dropped_groups": run.learner.dropped_groups if run.learner else 0,
+        "corpus_added": len(run.added_docs), "wall_s": wall_s,
+    }  # fmt: skip
+
+
+def _write_outputs(run: Run, summary: dict) -> None:
+    a = run.args
+    if a.out_dir:
+        from rlstream.trainers.plots import plot_curves
+
+        out = Path(a.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "history.json").write_text(json.dumps(run.history))
+        plot_curves(run.history, out / "curves.png")
+    if a.summary:
+        Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.summary).write_text(json.dumps(summary, indent=2))
+    if a.progress:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"rlstream local run: {a.tasks} ({a.algo})")
+        t.add_column("held-out")
+        t.add_column("pre-trained", justify="right")
+        t.add_column("after RL", justify="right")
+        fmt = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
+        t.add_row(
+            "greedy accuracy", fmt(summary["pretrain_accuracy"]), fmt(summary["final_accuracy"])
+        )
+        t.add_row("pass@1", fmt(summary["pretrain_pass1"]), fmt(summary["final_pass1"]))
+        for task, acc in summary["final_by_task"].items():
+            before = (summary["pretrain_by_task"] or {}).get(task)
+            t.add_row(f"  greedy {task}", fmt(before), fmt(acc))
+        Console().print(t)
+        Console().print(f"{summary['rl_steps']} RL steps, {summary['rollouts']} rollouts, "
+                        f"{summary['wall_s']:.0f} s")  # fmt: skip

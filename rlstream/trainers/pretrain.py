@@ -1,0 +1,113 @@
+"""Pre-training data and step: a corpus of worked solutions (some systematically flawed) and
+next-token loss on padded document batches.
+
+A document is `prompt text + answer + "\\n"`. With probability `flaw_rate` a prompt whose class
+has a systematic mistake (family.flawed_answer) is written with that mistake instead, so the
+pre-trained model's most likely answer on those classes is wrong in a way RL can fix (INFRA.md).
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+from rlstream.trainers.envs import Prompt, TaskMix, get_task, split_of
+from rlstream.trainers.model import CharTokenizer
+
+
+def worked_document(prompt: Prompt, rng: random.Random, flaw_rate: float) -> str:
+    """The prompt with its answer, or with its family's systematic mistake at rate flaw_rate."""
+    answer = prompt.answer
+    if flaw_rate > 0:
+        flawed = get_task(prompt.task).flawed_answer(prompt)
+        if flawed is not None and rng.random() < flaw_rate:
+            answer = flawed
+    return prompt.text + answer + "\n"
+
+
+def build_corpus(
+    mix: TaskMix, n_docs: int, flaw_rate: float, seed: int, split_seed: int
+) -> list[str]:
+    """n_docs worked documents from the train split only (held-out prompts never appear)."""
+    rng = random.Random(f"corpus:{seed}")
+    docs = []
+    while len(docs) < n_docs:
+        p = mix.draw(rng)
+        if split_of(p.prompt_id, split_seed, mix.heldout_frac) == "train":
+            docs.append(worked_document(p, rng, flaw_rate))
+    return docs
+
+
+class Corpus:
+    """Documents as rows of one right-padded tensor (grown by doubling); `extend` appends."""
+
+    def __init__(self, docs: list[str], tok: CharTokenizer, block_size: int):
+        self.tok, self.width = tok, block_size + 1
+        self.data = torch.full((max(1024, len(docs)), self.width), tok.pad_id, dtype=torch.long)
+        self.lens = torch.zeros(len(self.data), dtype=torch.long)
+        self.n = 0
+        self.extend(docs)
+
+    def extend(self, docs: list[str]) -> None:
+        rows = [self.tok.encode(d)[: self.width] for d in docs]
+        while self.n + len(rows) > len(self.data):
+            pad = torch.full_like(self.data, self.tok.pad_id)
+            self.data, self.lens = (
+                torch.cat([self.data, pad]),
+                torch.cat([self.lens, self.lens * 0]),
+            )
+        for r in rows:
+            self.data[self.n, : len(r)] = torch.tensor(r)
+            self.lens[self.n] = len(r)
+            self.n += 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def batch(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) (B, L-1): inputs and targets, targets = pad_id (ignored) past each document."""
+        idx = torch.randint(self.n, (batch_size,), generator=generator)
+        rows, L = self.data[idx], int(self.lens[idx].max())
+        return rows[:, : L - 1], rows[:, 1:L]
+
+
+def lm_loss(model, x: torch.Tensor, y: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Mean next-token cross-entropy over non-pad targets. x, y (B, T)."""
+    logits = model(x)
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=pad_id)
+
+
+class Plateau:
+    """Convergence: stop after `patience` evaluations without a `min_delta` improvement."""
+
+    def __init__(self, patience: int, min_delta: float):
+        self.patience, self.min_delta = patience, min_delta
+        self.best, self.bad = float("inf"), 0
+
+    def update(self, val_loss: float) -> bool:
+        """Record a validation loss; True when the plateau has lasted `patience` evaluations."""
+        if val_loss < self.best - self.min_delta:
+            self.best, self.bad = val_loss, 0
+        else:
+            self.bad += 1
+        return self.bad >= self.patience
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.best, self.bad = s["best"], s["bad"]
+
+
+@torch.no_grad()
+def eval_loss(model, corpus: Corpus, batches: int, batch_size: int, seed: int) -> float:
+    """Mean loss over a fixed set of batches (the same every call, by seed)."""
+    g = torch.Generator().manual_seed(seed)
+    losses = [
+        lm_loss(model, *corpus.batch(batch_size, g), corpus.tok.pad_id) for _ in range(batches)
+    ]
+    return float(torch.stack(losses).mean())

@@ -1,0 +1,205 @@
+"""One RL update on a batch of experience (GRPO or PPO), independent of how it was produced.
+
+The streaming trainer builds an `Experience` from Kafka events; the local loop builds it from
+`sampling.sample`. `Learner.step(exp)` drops groups whose policy lag exceeds `max_policy_lag`,
+computes advantages (registry: grpo, ppo), and runs `update_epochs` x `num_minibatches` clipped
+policy-gradient updates with a KL penalty to a frozen reference and optional value/entropy terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rlstream.trainers.algos import (
+    compute_gae,
+    compute_grpo_advantages,
+    entropy_from_logits,
+    kl_estimator,
+    masked_mean,
+    ppo_clip_loss,
+    value_loss,
+)
+from rlstream.trainers.model import token_logprobs
+
+
+@dataclass
+class Experience:
+    """N completions; rows sharing a group id are G samples of one prompt."""
+
+    prompt_tokens: list[list[int]]
+    completion_tokens: list[list[int]]
+    old_logprobs: list[list[float]]  # per completion token, under the policy that sampled it
+    rewards: list[float]
+    group_ids: list  # any hashable per row (e.g. prompt_id)
+    policy_version: list[int]  # version of the policy that produced each row
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def select(self, rows: list[int]) -> Experience:
+        f = [self.prompt_tokens, self.completion_tokens, self.old_logprobs, self.rewards,
+             self.group_ids, self.policy_version]  # fmt: skip
+        return Experience(*[[col[i] for i in rows] for col in f])
+
+
+@dataclass
+class RLArgs:
+    algo: str = "grpo"
+    """advantage estimator: grpo (group-normalised, no critic) or ppo (value head + GAE)"""
+    lr: float = 1e-4
+    """learning rate of RL updates"""
+    clip: float = 0.2
+    """PPO ratio clip (also bounds importance weights of stale experience)"""
+    kl_coef: float = 0.0
+    """weight of the KL(pi || ref) penalty (k3 estimator) to the frozen pre-trained reference"""
+    vf_coef: float = 0.5
+    """value loss weight (ppo)"""
+    ent_coef: float = 0.01
+    """entropy bonus weight (ppo; grpo uses 0)"""
+    gamma: float = 0.99
+    """GAE discount (ppo)"""
+    lam: float = 0.95
+    """GAE lambda (ppo)"""
+    update_epochs: int = 1
+    """passes over each experience batch (design default for ppo: 10)"""
+    num_minibatches: int = 1
+    """minibatches per epoch"""
+    max_policy_lag: int = 4
+    """groups produced more than this many versions ago are dropped (and counted)"""
+    lm_coef: float = 1.0
+    """weight of the pre-training loss in hybrid updates"""
+
+
+def collate(exp: Experience, pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded tensors: tokens (N, L); old_logp, mask (N, L-1) aligned with targets."""
+    seqs = [p + c for p, c in zip(exp.prompt_tokens, exp.completion_tokens, strict=True)]
+    N, L = len(seqs), max(len(s) for s in seqs)
+    tokens = torch.full((N, L), pad_id, dtype=torch.long)
+    old = torch.zeros((N, L - 1))
+    mask = torch.zeros((N, L - 1))
+    for i, (p, c) in enumerate(zip(exp.prompt_tokens, exp.completion_tokens, strict=True)):
+        tokens[i, : len(p) + len(c)] = torch.tensor(p + c)
+        start = len(p) - 1  # the target at position start is the first completion token
+        mask[i, start : start + len(c)] = 1.0
+        old[i, start : start + len(c)] = torch.tensor(exp.old_logprobs[i][: len(c)])
+    return {"tokens": tokens, "old_logp": old, "mask": mask, "rewards": torch.tensor(exp.rewards)}
+
+
+def _grpo(b: dict, values: torch.Tensor | None, args: RLArgs):
+    return compute_grpo_advantages(b["rewards"], b["group_index"]), None
+
+
+def _ppo(b: dict, values: torch.Tensor, args: RLArgs):
+    """Reward on each sequence's last token; GAE over completion tokens; normalised advantages."""
+    mask = b["mask"]
+    last = (mask.cumsum(1) == mask.sum(1, keepdim=True)) & (mask > 0)
+    token_rewards = last.float() * b["rewards"][:, None]
+    adv, ret = compute_gae(token_rewards, values * mask, mask, args.gamma, args.lam)
+    mean, std = (
+        masked_mean(adv, mask),
+        masked_mean((adv - masked_mean(adv, mask)) ** 2, mask).sqrt(),
+    )
+    return (adv - mean) / (std + 1e-8) * mask, ret
+
+
+ADVANTAGES: dict[str, Callable] = {"grpo": _grpo, "ppo": _ppo}
+
+
+class Learner:
+    """Owns the policy's optimisation state; `version` counts the updates applied so far."""
+
+    def __init__(self, backend, ref_model, args: RLArgs, pad_id: int, seed: int = 0):
+        if args.algo not in ADVANTAGES:
+            raise ValueError(f"unknown algo {args.algo!r}; known: {sorted(ADVANTAGES)}")
+        if args.algo == "ppo" and backend.module.value_head is None:
+            raise ValueError("ppo needs a model with a value head (GPTConfig.value_head=True)")
+        self.backend, self.ref, self.args, self.pad_id = backend, ref_model, args, pad_id
+        self.version = 0
+        self.generator = torch.Generator().manual_seed(seed)
+        self.dropped_groups = 0
+
+    def filter_stale(self, exp: Experience) -> tuple[Experience, int]:
+        """Drop whole groups with any row older than max_policy_lag versions; count them."""
+        stale = {g for g, v in zip(exp.group_ids, exp.policy_version, strict=True)
+                 if self.version - v > self.args.max_policy_lag}  # fmt: skip
+        keep = [i for i, g in enumerate(exp.group_ids) if g not in stale]
+        return exp.select(keep), len(stale)
+
+    def _forward(self, tokens, want_values: bool):
+        out = self.backend.model(tokens[:, :-1], values=want_values)
+        return out if want_values else (out, None)
+
+    def step(self, exp: Experience, lm_batch: tuple | None = None) -> dict:
+        """Apply one RL update (epochs x minibatches) to exp; lm_batch=(x, y) mixes in LM loss."""
+        exp, dropped = self.filter_stale(exp)
+        self.dropped_groups += dropped
+        metrics = {"dropped_groups": dropped, "version": self.version}
+        if len(exp) == 0:
+            return metrics | {"loss": float("nan")}
+        a, ppo = self.args, self.args.algo == "ppo"
+        b = collate(exp, self.pad_id)
+        index = {g: i for i, g in enumerate(dict.fromkeys(exp.group_ids))}
+        b["group_index"] = torch.tensor([index[g] for g in exp.group_ids])
+        with torch.no_grad():
+            ref_logp = token_logprobs(self.ref(b["tokens"][:, :-1]), b["tokens"][:, 1:])
+            values = self._forward(b["tokens"], True)[1] if ppo else None
+        adv, returns = ADVANTAGES[a.algo](b, values, a)
+        N = len(exp)
+        sums: dict[str, float] = {}
+        for _ in range(a.update_epochs):
+            perm = torch.randperm(N, generator=self.generator) if a.num_minibatches > 1 else None
+            for mb in (
+                torch.arange(N).chunk(a.num_minibatches)
+                if perm is None
+                else perm.chunk(a.num_minibatches)
+            ):
+                m = self._minibatch_loss(b, mb, adv, returns, ref_logp, lm_batch)
+                m["grad_norm"] = self.backend.step(m.pop("_loss"))
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+        n_updates = a.update_epochs * a.num_minibatches
+        self.version += 1
+        metrics |= {k: v / n_updates for k, v in sums.items()}
+        metrics["reward"] = float(b["rewards"].mean())
+        metrics["tokens"] = int(b["mask"].sum())
+        return metrics
+
+    def _minibatch_loss(self, b, mb, adv, returns, ref_logp, lm_batch) -> dict:
+        a = self.args
+        tokens, mask, old = b["tokens"][mb], b["mask"][mb], b["old_logp"][mb]
+        logits, values = self._forward(tokens, a.algo == "ppo")
+        logp = token_logprobs(logits, tokens[:, 1:])
+        pg, clipfrac = ppo_clip_loss(logp, old, adv[mb], mask, a.clip)
+        kl = masked_mean(kl_estimator(logp, ref_logp[mb]), mask)
+        ent = masked_mean(entropy_from_logits(logits), mask)
+        loss = pg + a.kl_coef * kl
+        out = {
+            "pg_loss": pg.detach(),
+            "kl": kl.detach(),
+            "entropy": ent.detach(),
+            "clipfrac": clipfrac,
+        }
+        if a.algo == "ppo":
+            vl = value_loss(values, returns[mb], mask)
+            loss = loss + a.vf_coef * vl - a.ent_coef * ent
+            out["value_loss"] = vl.detach()
+        if lm_batch is not None:
+            from rlstream.trainers.pretrain import lm_loss
+
+            lm = lm_loss(self.backend.model, *lm_batch, self.pad_id)
+            loss = loss + a.lm_coef * lm
+            out["lm_loss"] = lm.detach()
+        out["loss"] = loss.detach()
+        out["_loss"] = loss
+        return out
+
+    def state_dict(self) -> dict:
+        return {"version": self.version, "generator": self.generator.get_state(),
+                "dropped_groups": self.dropped_groups}  # fmt: skip
+
+    def load_state_dict(self, s: dict) -> None:
+        self.version, self.dropped_groups = s["version"], s["dropped_groups"]
+        self.generator.set_state(s["generator"])
