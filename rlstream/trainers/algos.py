@@ -39,7 +39,8 @@ def compute_grpo_advantages(
     if not scale_std:
         return centred
     var = torch.zeros(G).index_add_(0, inv, centred**2) / (count - 1).clamp(min=1.0)
-    return centred / (var.sqrt()[inv] + eps)
+    std = var.sqrt()[inv]
+    return torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred))
 
 
 def compute_gae(

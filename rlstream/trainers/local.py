@@ -84,7 +84,7 @@ class Args:
     temperature: float = 1.0
     """sampling temperature for rollouts and pass@1"""
     rl_lr: float = 1e-4
-    """RL learning rate"""
+    """RL learning rate (cosine-decayed to a tenth over rl_steps)"""
     kl_coef: float = 0.0
     """KL penalty weight to the frozen pre-trained reference"""
     update_epochs: int = 1
@@ -256,6 +256,7 @@ def pretrain_step(run: Run) -> dict:
 def rl_step(run: Run) -> dict:
     """Select prompts, sample G completions each, score, update, report rewards to the sampler."""
     a = run.args
+    run.backend.set_lr(CosineSchedule(a.rl_lr, 0, a.rl_steps, a.rl_lr / 10)(run.rl_step))
     prompts = run.sampler.select(run.rl_step, a.prompts_per_step)
     s = sample(run.model, run.tok, [p.text for p in prompts], a.group_size, a.max_new_tokens,
                a.temperature, generator=run.sample_gen)  # fmt: skip

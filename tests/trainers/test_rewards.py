@@ -1,0 +1,66 @@
+import doctest
+import json
+
+import pytest
+
+from rlstream.trainers import rewards
+from rlstream.trainers.rewards import RewardConfigError, build_reward
+
+
+def test_doctests():
+    assert doctest.testmod(rewards).failed == 0
+
+
+def test_weighted_combination_on_hand_made_cases():
+    fn = build_reward({"rules": [
+        {"type": "exact_match", "weight": 1.0},
+        {"type": "format", "pattern": "[0-9]+", "weight": 0.5},
+        {"type": "length_penalty", "max_chars": 4, "per_char": 0.25},
+    ]})  # fmt: skip
+    got = fn(["2210", "2211", "22a", "221000"], answer=["2210"] * 4)
+    assert got == [1.5, 0.5, 0.0, 0.5 - 0.5]
+
+
+def test_numeric_tolerance_and_countdown_and_math_verify():
+    num = build_reward('{"rules": [{"type": "numeric", "rel_tol": 0.01}]}')
+    assert num(["about 99.5", "98"], answer=["100", "100"]) == [1.0, 0.0]
+    cd = build_reward({"rules": [{"type": "countdown"}]})
+    assert cd(["7+3*5", "3*5+7", "3*5+7+7", "22"], answer=["3*5+7"] * 4) == [1.0, 1.0, 0.0, 0.0]
+    pytest.importorskip("math_verify")
+    mv = build_reward({"rules": [{"type": "math_verify"}]})
+    assert mv(["$\\frac{1}{2}$", "0.25"], answer=["0.5", "0.5"]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "config, field",
+    [
+        ({"rules": [{"type": "exact_match"}, {"type": "nope"}]}, r"rules\[1\]\.type"),
+        ({"rules": [{"type": "format"}]}, r"rules\[0\]\.pattern: required"),
+        ({"rules": [{"type": "format", "pattern": "(["}]}, r"rules\[0\]\.pattern: invalid regex"),
+        ({"rules": [{"type": "exact_match", "weight": "1"}]}, r"rules\[0\]\.weight"),
+        ({"rules": [{"type": "length_penalty", "max_chars": 2.5}]}, r"rules\[0\]\.max_chars"),
+        ({"rules": [{"type": "exact_match", "tol": 1}]}, r"rules\[0\]\.tol: not a parameter"),
+        ({"rules": []}, r"rules: the list is empty"),
+        ({"rule": []}, r"^rules:"),
+        ({"rules": [{"type": "exact_match"}], "extra": 1}, r"^extra:"),
+        ({"rules": ["exact_match"]}, r"rules\[0\]: must be an object"),
+        ('{"rules": [', r"invalid JSON"),
+    ],
+)
+def test_malformed_rules_name_the_bad_field(config, field):
+    with pytest.raises(RewardConfigError, match=field) as e:
+        build_reward(config)
+    assert "\n" not in str(e.value)
+
+
+def test_rule_files(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"rules": [{"type": "exact_match"}]}))
+    assert build_reward(good)(["1"], answer=["1"]) == [1.0]
+    assert build_reward(str(good))(["1"], answer=["2"]) == [0.0]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rules": [{"type": "numeric", "abs_tol": "x"}]}')
+    with pytest.raises(RewardConfigError, match=r"rules\[0\]\.abs_tol"):
+        build_reward(bad)
+    with pytest.raises(RewardConfigError, match="missing.json"):
+        build_reward(tmp_path / "missing.json")
