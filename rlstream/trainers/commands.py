@@ -10,13 +10,42 @@ from pathlib import Path
 import typer
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """['corpus_docs=2000', 'hybrid=true'] -> typed values for rlstream.trainers.local.Args."""
+    from dataclasses import fields
+
+    from rlstream.trainers.local import Args
+
+    defaults = {f.name: f.default for f in fields(Args)}
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in defaults:
+            raise typer.BadParameter(f"--set {item!r}: expected FIELD=VALUE with a field of Args")
+        default = defaults[key]
+        if isinstance(default, bool):
+            out[key] = raw.lower() in ("1", "true", "yes", "on")
+        elif default is None:
+            out[key] = None if raw.lower() in ("", "none") else raw
+        else:
+            try:
+                out[key] = type(default)(raw)
+            except ValueError:
+                raise typer.BadParameter(
+                    f"--set {item!r}: not a {type(default).__name__}"
+                ) from None
+    return out
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the learning-core commands (`train`, `bench train`) to the CLI."""
 
     @app.command("train")
     def train(
         mode: str = typer.Option("local", help="local: pre-train, RL and evaluate in-process"),
-        tasks: str = typer.Option("add,sub", help="task mix: name[:weight][@dmin-dmax],..."),
+        tasks: str = typer.Option(
+            "add,sub", help="task mix, e.g. add,sub:2,mul@1-2 (name:weight@dmin-dmax)"
+        ),
         algo: str = typer.Option("grpo", help="grpo or ppo"),
         rl_steps: int = typer.Option(200, help="RL steps"),
         pretrain_max_steps: int = typer.Option(2000, help="cap on pre-training steps"),
@@ -32,6 +61,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         out_dir: Path | None = typer.Option(None, help="history.json and curves.png go here"),
         summary: Path | None = typer.Option(None, help="write the summary JSON here"),
         progress: bool = typer.Option(True, help="progress bars and final table"),
+        overrides: list[str] = typer.Option(
+            [], "--set", help="any other Args field, e.g. --set corpus_docs=20000 (repeatable)"
+        ),
     ) -> None:
         """Pre-train a small GPT on verifiable tasks, then improve it with RL (no Kafka)."""
         if mode != "local":
@@ -45,7 +77,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                         zero_stage=zero_stage, hybrid=hybrid, reward_rules=s(reward_rules),
                         checkpoint_dir=s(checkpoint_dir), checkpoint_every=checkpoint_every,
                         resume=resume, out_dir=s(out_dir), summary=s(summary),
-                        progress=progress)  # fmt: skip
+                        progress=progress, **parse_overrides(overrides))  # fmt: skip
         except (ValueError, KeyError) as e:
             raise typer.BadParameter(str(e)) from None
         train_local(args)

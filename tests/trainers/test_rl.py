@@ -1,0 +1,84 @@
+import copy
+
+import pytest
+import torch
+
+from rlstream.trainers.backend import make_adamw, make_backend
+from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.rl import Experience, Learner, RLArgs, collate
+from rlstream.trainers.sampling import sample
+
+TOK = CharTokenizer()
+
+
+def _setup(algo="grpo", **kw):
+    torch.manual_seed(0)
+    cfg = GPTConfig(TOK.vocab_size, 24, 2, 2, 32, value_head=algo == "ppo")
+    model = GPT(cfg)
+    backend = make_backend(model, make_adamw(model, 1e-3), "torch")
+    ref = copy.deepcopy(model).requires_grad_(False)
+    return model, Learner(backend, ref, RLArgs(algo=algo, **kw), TOK.pad_id)
+
+
+def _experience(model, version=0, prompts=("12+34=", "5-3=")):
+    s = sample(model, TOK, list(prompts), n=4, max_new_tokens=5,
+               generator=torch.Generator().manual_seed(0))  # fmt: skip
+    rewards = [float(i % 2) for i in range(len(s.texts))]  # every group has variance
+    groups = [prompts[i] for i in s.prompt_index]
+    return Experience(
+        s.prompt_tokens, s.tokens, s.logprobs, rewards, groups, [version] * len(groups)
+    )
+
+
+def test_collate_masks_completion_tokens_only():
+    exp = Experience([[5, 6, 7], [5]], [[8, 1], [9, 9, 1]], [[-0.1, -0.2], [-1, -2, -3]],
+                     [1.0, 0.0], ["a", "b"], [0, 0])  # fmt: skip
+    b = collate(exp, TOK.pad_id)
+    assert b["tokens"].tolist() == [[5, 6, 7, 8, 1], [5, 9, 9, 1, 0]]
+    assert b["mask"].tolist() == [[0, 0, 1, 1], [1, 1, 1, 0]]
+    expected = torch.tensor([[0, 0, -0.1, -0.2], [-1, -2, -3, 0]])
+    assert torch.allclose(b["old_logp"], expected)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_step_changes_parameters_and_reports(algo):
+    model, learner = _setup(algo, update_epochs=2, num_minibatches=2, kl_coef=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    m = learner.step(_experience(model))
+    assert learner.version == 1 and m["dropped_groups"] == 0
+    assert all(k in m for k in ("loss", "pg_loss", "kl", "entropy", "clipfrac", "reward"))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    if algo == "ppo":
+        assert "value_loss" in m
+
+
+def test_on_policy_first_update_has_unit_ratio_and_zero_kl():
+    model, learner = _setup("grpo")
+    m = learner.step(_experience(model))
+    assert m["clipfrac"] == 0.0 and m["kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_stale_groups_are_dropped_and_counted():
+    model, learner = _setup("grpo", max_policy_lag=2)
+    learner.version = 5
+    fresh, stale = _experience(model, version=4), _experience(model, 2, prompts=("7+7=", "9-1="))
+    exp = Experience(
+        *[a + b for a, b in zip(vars(fresh).values(), vars(stale).values(), strict=True)]
+    )
+    m = learner.step(exp)
+    assert m["dropped_groups"] == 2 and learner.dropped_groups == 2
+    assert m["tokens"] == sum(len(t) for t in fresh.completion_tokens)
+    m = learner.step(stale)  # nothing left: no update, version unchanged
+    assert m["dropped_groups"] == 2 and learner.version == 6
+
+
+def test_hybrid_lm_loss_is_mixed_in():
+    from rlstream.trainers.pretrain import Corpus
+
+    model, learner = _setup("grpo")
+    corpus = Corpus(["12+34=64\n", "5-3=2\n"], TOK, 24)
+    lm = corpus.batch(4, torch.Generator().manual_seed(0))
+    m = learner.step(_experience(model), lm_batch=lm)
+    assert m["lm_loss"] > 0
+    corpus.extend(["1+1=2\n"] * 2000)  # grows past its initial capacity
+    assert len(corpus) == 2002
