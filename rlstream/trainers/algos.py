@@ -33,12 +33,12 @@ def compute_grpo_advantages(
     """
     _, inv = torch.unique(group_ids, return_inverse=True)
     G = int(inv.max()) + 1
-    count = torch.zeros(G).index_add_(0, inv, torch.ones_like(rewards))
-    mean = torch.zeros(G).index_add_(0, inv, rewards) / count
+    count = rewards.new_zeros(G).index_add_(0, inv, torch.ones_like(rewards))
+    mean = rewards.new_zeros(G).index_add_(0, inv, rewards) / count
     centred = rewards - mean[inv]
     if not scale_std:
         return centred
-    var = torch.zeros(G).index_add_(0, inv, centred**2) / (count - 1).clamp(min=1.0)
+    var = rewards.new_zeros(G).index_add_(0, inv, centred**2) / (count - 1).clamp(min=1.0)
     std = var.sqrt()[inv]
     return torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred))
 
@@ -53,8 +53,8 @@ def compute_gae(
     """
     B, T = rewards.shape
     adv = torch.zeros_like(rewards)
-    last = torch.zeros(B, dtype=rewards.dtype)
-    next_value = torch.zeros(B, dtype=rewards.dtype)
+    last = rewards.new_zeros(B)
+    next_value = rewards.new_zeros(B)
     for t in reversed(range(T)):
         m = mask[:, t].to(rewards.dtype)
         delta = rewards[:, t] + gamma * next_value - values[:, t]

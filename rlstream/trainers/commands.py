@@ -47,7 +47,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             "add,sub", help="task mix, e.g. add,sub:2,mul@1-2 (name:weight@dmin-dmax)"
         ),
         algo: str = typer.Option("grpo", help="grpo or ppo"),
-        rl_steps: int = typer.Option(200, help="RL steps"),
+        rl_steps: int = typer.Option(300, help="RL steps"),
         pretrain_max_steps: int = typer.Option(2000, help="cap on pre-training steps"),
         seed: int = typer.Option(0, help="seed of splits, corpus, init and sampling"),
         threads: int = typer.Option(2, help="torch CPU threads"),

@@ -69,13 +69,13 @@ class Args:
     """linear warmup steps"""
     val_interval: int = 200
     """pre-training steps between validation-loss checks"""
-    patience: int = 3
+    patience: int = 2
     """validation checks without improvement before pre-training is declared converged"""
-    min_delta: float = 0.003
+    min_delta: float = 0.01
     """smallest validation-loss improvement that counts"""
     algo: str = "grpo"
     """RL algorithm: grpo or ppo"""
-    rl_steps: int = 200
+    rl_steps: int = 300
     """RL steps (one experience batch and one update each)"""
     prompts_per_step: int = 32
     """prompts per RL step"""

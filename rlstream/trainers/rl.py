@@ -140,9 +140,10 @@ class Learner:
         if len(exp) == 0:
             return metrics | {"loss": float("nan")}
         a, ppo = self.args, self.args.algo == "ppo"
-        b = collate(exp, self.pad_id)
+        device = next(self.backend.module.parameters()).device
+        b = {k: v.to(device) for k, v in collate(exp, self.pad_id).items()}
         index = {g: i for i, g in enumerate(dict.fromkeys(exp.group_ids))}
-        b["group_index"] = torch.tensor([index[g] for g in exp.group_ids])
+        b["group_index"] = torch.tensor([index[g] for g in exp.group_ids], device=device)
         with torch.no_grad():
             ref_logp = token_logprobs(self.ref(b["tokens"][:, :-1]), b["tokens"][:, 1:])
             values = self._forward(b["tokens"], True)[1] if ppo else None
@@ -150,12 +151,10 @@ class Learner:
         N = len(exp)
         sums: dict[str, float] = {}
         for _ in range(a.update_epochs):
-            perm = torch.randperm(N, generator=self.generator) if a.num_minibatches > 1 else None
-            for mb in (
-                torch.arange(N).chunk(a.num_minibatches)
-                if perm is None
-                else perm.chunk(a.num_minibatches)
-            ):
+            order = torch.arange(N)
+            if a.num_minibatches > 1:
+                order = torch.randperm(N, generator=self.generator)
+            for mb in order.to(device).chunk(a.num_minibatches):
                 m = self._minibatch_loss(b, mb, adv, returns, ref_logp, lm_batch)
                 m["grad_norm"] = self.backend.step(m.pop("_loss"))
                 for k, v in m.items():
@@ -189,7 +188,8 @@ class Learner:
         if lm_batch is not None:
             from rlstream.trainers.pretrain import lm_loss
 
-            lm = lm_loss(self.backend.model, *lm_batch, self.pad_id)
+            x, y = (t.to(tokens.device) for t in lm_batch)
+            lm = lm_loss(self.backend.model, x, y, self.pad_id)
             loss = loss + a.lm_coef * lm
             out["lm_loss"] = lm.detach()
         out["loss"] = loss.detach()
