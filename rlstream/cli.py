@@ -32,7 +32,7 @@ app.add_typer(stack_app, name="stack")
 app.add_typer(bench_app, name="bench")
 
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # whole lines: logs and greps stay readable
 
 SummaryOpt = typer.Option(None, "--summary", help="Write the headline figures here as JSON.")
 StateDirOpt = typer.Option(
@@ -67,6 +67,59 @@ def endpoints():
     from rlstream.connectors.endpoints import Endpoints
 
     return Endpoints.from_env()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from rlstream import __version__
+
+        print(f"rlstream {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),  # fmt: skip
+) -> None:
+    """Event-streaming RL post-training with predictive prompt selection."""
+
+
+# --- run -------------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    prompts: Path | None = typer.Option(
+        None, exists=True, dir_okay=False, help="Prompt file [default: the bundled sample]."
+    ),
+    out: Path = typer.Option(Path("runs"), help="Where the run's report and Parquet go."),
+    run_id: str = typer.Option("", help="Run id [default: from the time]."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """The main job on the embedded stack (started and stopped here) or RLSTREAM_* endpoints.
+
+    Today: publish the prompts, read them back live, replay them to Parquet, archive a report
+    in the object store. The streaming RL loop plugs in here as its processors land.
+    """
+    from rlstream.ops.run import RunArgs, run_data_path, sample_prompts
+
+    args = RunArgs(prompts=prompts or sample_prompts(), out=out, run_id=run_id)
+
+    def show(rows: list[dict]) -> None:
+        table = Table("prompt_id", "task", "text", "answer", title="read back from rl.prompts.v1")
+        for r in rows:
+            table.add_row(r["prompt_id"], r["task"], r["text"], str(r["answer"]))
+        console.print(table)
+
+    figures = run_data_path(args, say=console.print, show=show)
+    table = Table("figure", "value", title=f"run {figures['run_id']}")
+    for key, value in figures.items():
+        table.add_row(key, str(value))
+    console.print(table)
+    console.print(f"report: [bold]{figures['report']}[/]")
+    write_summary(summary, figures)
 
 
 # --- stack -----------------------------------------------------------------------------------

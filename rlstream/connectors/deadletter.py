@@ -16,6 +16,7 @@ import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
 from rlstream.connectors.kafka import EventProducer
+from rlstream.ops import metrics
 from rlstream.schemas import Decoded, DecodeError, decode, get, make_event_id, rows_to_batch
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class DeadLetters:
         )
         await self.producer.send(DEAD_LETTERS, batch)
         self.count += 1
+        metrics.DEAD_LETTERS.labels(record.topic, getattr(error, "kind", "decode_error")).inc()
         log.warning(
             "dead-lettered %s[%d]@%d: %s", record.topic, record.partition, record.offset, error
         )

@@ -18,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import murmur2
 
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.ops import metrics
 from rlstream.schemas import DEFAULT_MAX_MESSAGE_BYTES, EventType, all_events, encode
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,9 @@ class EventProducer:
             key = str(part.column(event.key)[0].as_py()).encode()
             self.messages += 1
             self.value_bytes += len(value)
+            metrics.MESSAGES_PUBLISHED.labels(event.topic).inc()
+            metrics.BYTES_PUBLISHED.labels(event.topic).inc(len(value))
+            metrics.EVENTS_PUBLISHED.labels(event.topic).inc(part.num_rows)
             futures.append(
                 await self._producer.send(
                     event.topic, value, key=key, partition=partition, headers=headers

@@ -53,9 +53,9 @@ def _to_int(value: Any) -> int:
         return int(value)
     if isinstance(value, int):
         return value
-    if isinstance(value, str):
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value.strip())
-    raise TypeError(f"expected an integer, got {type(value).__name__}")
+    raise TypeError(f"expected an integer, got {value!r}")
 
 
 def _to_float(value: Any) -> float:
@@ -64,8 +64,11 @@ def _to_float(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
-        return float(value.strip())
-    raise TypeError(f"expected a number, got {type(value).__name__}")
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    raise TypeError(f"expected a number, got {value!r}")
 
 
 def _to_bool(value: Any) -> bool:

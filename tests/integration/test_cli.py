@@ -1,0 +1,67 @@
+"""CLI behaviour a user sees: one-line errors, summaries, the broker benchmark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.conftest import cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_unknown_topic_is_a_one_line_error(stack_home):
+    result = cli("tail", "bananas", check=False)
+    assert result.returncode == 2
+    assert "unknown topic 'bananas'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_where_and_bad_time_are_one_line_errors(stack_home):
+    result = cli("tail", "prompts", "--where", "no_such_column > 1", check=False)
+    assert result.returncode == 2 and "--where" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = cli("replay", "prompts", "--out", "/tmp/x.parquet", "--since", "yesterday",
+                 check=False)  # fmt: skip
+    assert result.returncode == 2 and "cannot read time 'yesterday'" in result.stderr
+
+
+def test_unreachable_broker_is_a_one_line_error(tmp_path):
+    lines = tmp_path / "p.jsonl"
+    lines.write_text('{"prompt_id": "a", "text": "t", "task": "x"}\n')
+    result = cli(
+        "publish",
+        str(lines),
+        check=False,
+        timeout=120,
+        env={"RLSTREAM_HOME": str(tmp_path), "RLSTREAM_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "cannot reach the Kafka broker at 127.0.0.1:1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bench_broker_prints_its_table_and_summary(stack_home, tmp_path):
+    summary = tmp_path / "bench.json"
+    result = cli("bench", "broker", "--repeats", "2", "--messages", "100", "--summary",
+                 str(summary))  # fmt: skip
+    assert "codec+broker" in result.stdout and "raw bytes" in result.stdout
+    figures = json.loads(summary.read_text())
+    assert figures["codec_broker_rows_per_s"] > 0 and figures["raw_bytes_rows_per_s"] > 0
+    assert figures["codec_encode_rows_per_s"] > 0 and figures["codec_vs_raw_ratio"] > 0
+
+
+def test_run_publishes_reads_back_replays_and_archives(stack_home, tmp_path):
+    summary = tmp_path / "run.json"
+    result = cli("run", "--out", str(tmp_path / "runs"), "--run-id", "it-run", "--summary",
+                 str(summary))  # fmt: skip
+    figures = json.loads(summary.read_text())
+    assert figures["prompts_published"] == 240 == figures["read_back"]
+    assert figures["replayed_rows"] >= 240 and figures["bad_rows"] == 0
+    assert f"report: {figures['report']}" in result.stdout.replace("\n", "")
+    assert (tmp_path / "runs" / "it-run" / "prompts.parquet").exists()
+    from rlstream.connectors.endpoints import Endpoints
+    from rlstream.connectors.objectstore import ObjectStore
+
+    names = ObjectStore(Endpoints.from_env()).list("it-run/")
+    assert names == ["it-run/replays/prompts.parquet", "it-run/reports/report.md"]

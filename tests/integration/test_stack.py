@@ -1,0 +1,82 @@
+"""The embedded stack's lifecycle: no orphans, no second broker, memory reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from rlstream.ops import procs
+from rlstream.ops.stackctl import read_state
+from tests.integration.conftest import cli
+
+
+def _all_ports(state) -> set[int]:
+    ports = set()
+    for s in state["servers"]:
+        ports |= procs.listening_ports(s["pid"])
+    return ports
+
+
+def test_up_twice_then_down_leaves_nothing_behind(tmp_path):
+    env = {"RLSTREAM_HOME": str(tmp_path)}
+    first = cli("stack", "up", env=env)
+    assert "stack started" in first.stdout
+    state = read_state(tmp_path)
+    broker = next(s for s in state["servers"] if s["name"] == "tansu")
+    ports = _all_ports(state)
+    assert broker["port"] in ports and len(ports) >= 2
+
+    second = cli("stack", "up", env=env)
+    assert "already running" in second.stdout
+    again = read_state(tmp_path)
+    assert again["supervisor_pid"] == state["supervisor_pid"]
+    assert [s["pid"] for s in again["servers"]] == [s["pid"] for s in state["servers"]]
+
+    status = json.loads(cli("stack", "status", "--json", env=env).stdout)
+    assert {s["server"] for s in status["servers"]} == {"tansu", "seaweedfs"}
+    assert all(s["alive"] and s["rss_mb"] > 0 for s in status["servers"])
+    assert status["total_rss_mb"] == round(sum(s["rss_mb"] for s in status["servers"]), 1)
+
+    cli("stack", "down", env=env)
+    pids = [state["supervisor_pid"]] + [s["pid"] for s in state["servers"]]
+    assert not any(procs.pid_alive(p) for p in pids)
+    assert not any(procs.port_open(p) for p in ports)
+    assert not (tmp_path / "endpoints.json").exists()
+
+
+def test_servers_die_with_a_crashed_supervisor(tmp_path):
+    env = {"RLSTREAM_HOME": str(tmp_path)}
+    cli("stack", "up", env=env)
+    state = read_state(tmp_path)
+    os.kill(state["supervisor_pid"], signal.SIGKILL)
+    pids = [s["pid"] for s in state["servers"]]
+    assert procs.wait_until(lambda: not any(procs.pid_alive(p) for p in pids), 10)
+    restarted = cli("stack", "up", env=env)  # stale state is cleared, a fresh stack starts
+    assert "stack started" in restarted.stdout
+    cli("stack", "down", env=env)
+
+
+def test_status_without_a_stack_says_so(tmp_path):
+    result = cli("stack", "status", env={"RLSTREAM_HOME": str(tmp_path)}, check=False)
+    assert result.returncode == 1 and "no stack is running" in result.stdout
+
+
+def test_durable_mode_keeps_the_broker_log_in_s3(tmp_path):
+    env = {"RLSTREAM_HOME": str(tmp_path)}
+    cli("stack", "up", "--durable", env=env)
+    try:
+        state = read_state(tmp_path)
+        assert state["durable"] is True
+        lines = tmp_path / "p.jsonl"
+        lines.write_text('{"prompt_id": "d1", "text": "1+1=", "task": "add"}\n')
+        cli("publish", str(lines), env=env)
+        time.sleep(0.5)
+        from rlstream.connectors.endpoints import Endpoints
+        from rlstream.connectors.objectstore import ObjectStore
+
+        keys = ObjectStore(Endpoints.from_state_file(tmp_path), "tansu").list()
+        assert keys, "Tansu wrote nothing to its S3 bucket"
+    finally:
+        cli("stack", "down", env=env)

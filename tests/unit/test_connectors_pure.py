@@ -1,0 +1,100 @@
+"""Pure parts of the connectors: endpoints from env, partitioning, files, times, dead letters."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from aiokafka.structs import ConsumerRecord
+
+from rlstream.connectors.deadletter import dead_letter_batch
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.files import UnsupportedFile, read_rows
+from rlstream.connectors.kafka import partition_for, split_by_partition
+from rlstream.ops.replay import BadTime, parse_time
+from rlstream.schemas import NotArrow, decode, encode, get
+from tests.unit.samples import sample_batch
+
+
+def test_endpoints_env_overrides_state_file(tmp_path):
+    Endpoints(kafka_bootstrap="127.0.0.1:1111", s3_bucket="from-file").write(tmp_path)
+    env = {"RLSTREAM_HOME": str(tmp_path), "RLSTREAM_KAFKA_BOOTSTRAP": "10.0.0.1:9092",
+           "RLSTREAM_S3_SECURE": "true", "RLSTREAM_SESSION_TIMEOUT_MS": "6000"}  # fmt: skip
+    monkey = pytest.MonkeyPatch()
+    monkey.setenv("RLSTREAM_HOME", str(tmp_path))
+    try:
+        e = Endpoints.from_env(env)
+    finally:
+        monkey.undo()
+    assert e.kafka_bootstrap == "10.0.0.1:9092" and e.s3_bucket == "from-file"
+    assert e.s3_secure is True and e.session_timeout_ms == 6000
+    assert "secret" not in repr(e) and "s3_secret_key" not in e.public()
+    with pytest.raises(ValueError, match="RLSTREAM_S3_SECURE='maybe'"):
+        Endpoints.from_env({"RLSTREAM_S3_SECURE": "maybe"})
+
+
+def test_endpoints_are_frozen():
+    with pytest.raises(AttributeError):
+        Endpoints().kafka_bootstrap = "x"  # type: ignore[misc]
+
+
+def test_partition_for_matches_the_java_client():
+    # Known murmur2 partitions of the Java DefaultPartitioner for 4 partitions.
+    assert partition_for(b"", 4) == (0x106E08D9 & 0x7FFFFFFF) % 4
+    assert all(0 <= partition_for(f"k{i}", 4) < 4 for i in range(100))
+    assert len({partition_for(f"k{i}", 4) for i in range(100)}) == 4
+
+
+def test_split_by_partition_keeps_each_key_on_one_partition():
+    event = get("rewards")
+    batch = sample_batch(event, rows=40)
+    parts = split_by_partition(event, batch)
+    assert sum(p.num_rows for _, p in parts) == 40
+    for partition, part in parts:
+        assert {partition_for(k, 4) for k in part.column("prompt_id").to_pylist()} == {partition}
+
+
+def test_read_rows_reports_locations(tmp_path):
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"a": 1}\n\nnot json\n[1]\n{"a": 2}\n')
+    rows = list(read_rows(jsonl))
+    assert [(r.where, r.error is None) for r in rows] == [
+        ("line 1", True), ("line 3", False), ("line 4", False), ("line 5", True)]  # fmt: skip
+    csv = tmp_path / "p.csv"
+    csv.write_text("a,b\n1,\n2,3,4\n")
+    rows = list(read_rows(csv))
+    assert rows[0].data == {"a": "1"} and rows[1].error and rows[1].where == "line 3"
+    pq.write_table(pa.table({"a": [1, None]}), tmp_path / "p.parquet")
+    assert [r.data for r in read_rows(tmp_path / "p.parquet")] == [{"a": 1}, {}]
+    with pytest.raises(UnsupportedFile, match="use .jsonl, .csv or .parquet"):
+        list(read_rows(tmp_path / "p.txt"))
+
+
+def test_parse_time_forms():
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    ms = int(now.timestamp() * 1000)
+    assert parse_time("now", now) == ms
+    assert parse_time("10m", now) == ms - 600_000
+    assert parse_time("2026-11-30T12:00:00", now) == ms
+    assert parse_time("2026-11-30T13:00:00+01:00", now) == ms
+    assert parse_time(str(ms)) == ms
+    with pytest.raises(BadTime, match="cannot read time 'yesterday'"):
+        parse_time("yesterday", now)
+
+
+def test_dead_letter_batch_keeps_source_reason_and_raw_bytes():
+    record = ConsumerRecord("rl.rollouts.v1", 2, 41, 0, 0, b"k", b"garbage", None, 7, 1,
+                            [("event", b"rollouts")])  # fmt: skip
+    batch = dead_letter_batch(record, NotArrow("value is not an Arrow IPC stream: x"),
+                              consumer_name="test")  # fmt: skip
+    event = get("dead_letters")
+    row = decode(*encode(event, batch)).to_pylist()[0]
+    assert (row["source_topic"], row["source_partition"], row["source_offset"]) == (
+        "rl.rollouts.v1", 2, 41)  # fmt: skip
+    assert row["error_kind"] == "not_arrow" and row["raw_value"] == b"garbage"
+    assert json.loads(row["raw_headers"]) == {"event": "rollouts"}
+    again = dead_letter_batch(record, NotArrow("other words"), consumer_name="test")
+    assert again.column("event_id").equals(batch.column("event_id"))  # idempotent
