@@ -6,7 +6,7 @@ an error kind — never a prompt id). Processes serve them with `serve(port)`.
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, start_http_server
 
 EVENTS_PUBLISHED = Counter(
     "rlstream_producer_rows_total", "Event rows published, by topic.", ["topic"]
@@ -22,11 +22,7 @@ DEAD_LETTERS = Counter(
     "Messages a consumer rejected to the dead-letter topic, by source topic and error kind.",
     ["topic", "kind"],
 )
-ENCODE_SECONDS = Histogram(
-    "rlstream_codec_encode_seconds",
-    "Time to encode one event batch.",
-    buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
-)
+
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:
