@@ -295,6 +295,7 @@ def tail(
     where: str | None = typer.Option(None, help="SQL filter, e.g. \"reward > 0 AND task='add'\""),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per row, for piping."),
     limit: int | None = typer.Option(None, min=1, help="Stop after this many rows."),
+    summary: Path | None = SummaryOpt,
 ) -> None:
     """Decode and show a topic's events; undecodable messages are shown with their reason."""
     from rlstream.ops.replay import RowFilter, decoded_messages
@@ -304,15 +305,16 @@ def tail(
     # Without --follow, show what the topic holds; with it and no start, only new events.
     start_at_beginning = from_beginning or not follow
     rng = _read_range(start_at_beginning, since, None, None, follow)
-    shown = 0
+    shown, undecodable = 0, 0
     columns = [f.name for f in event.schema if f.name not in ("event_id", "run_id")]
 
     async def run() -> None:
-        nonlocal shown
+        nonlocal shown, undecodable
         first = True
         async for message in decoded_messages(endpoints(), event, rng, row_filter=row_filter):
             where_ = {"_partition": message.partition, "_offset": message.offset}
             if message.error is not None:
+                undecodable += 1
                 if as_json:
                     print(json.dumps({**where_, "_error": str(message.error),
                                       "_kind": message.error.kind}), flush=True)  # fmt: skip
@@ -341,6 +343,7 @@ def tail(
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+    write_summary(summary, {"topic": event.topic, "rows": shown, "undecodable": undecodable})
 
 
 @app.command()

@@ -65,3 +65,40 @@ def test_run_publishes_reads_back_replays_and_archives(stack_home, tmp_path):
 
     names = ObjectStore(Endpoints.from_env()).list("it-run/")
     assert names == ["it-run/replays/prompts.parquet", "it-run/reports/report.md"]
+
+
+def test_tail_and_replay_show_an_undecodable_message_with_its_reason(stack_home, tmp_path):
+    import asyncio
+
+    from rlstream.connectors.endpoints import Endpoints
+    from rlstream.connectors.kafka import EventProducer
+    from rlstream.schemas import get, rows_to_batch
+
+    corpus = get("corpus")
+
+    async def produce() -> int:
+        async with EventProducer(Endpoints.from_env()) as producer:
+            await producer.send(corpus, rows_to_batch(corpus, [
+                {"doc_id": "before", "text": "1+1=2", "source": "test"}]))  # fmt: skip
+            meta = await (
+                await producer.raw.send(
+                    corpus.topic,
+                    b"not arrow",
+                    partition=0,
+                    headers=[("event", b"corpus"), ("schema_version", b"1")],
+                )
+            )
+            await producer.send(corpus, rows_to_batch(corpus, [
+                {"doc_id": "after", "text": "2+2=4", "source": "test"}]))  # fmt: skip
+            return meta.offset
+
+    offset = asyncio.run(produce())
+    lines = [json.loads(x) for x in cli("tail", "corpus", "--json").stdout.splitlines()]
+    bad = [x for x in lines if x.get("_error")]
+    assert any(x["_offset"] == offset and x["_kind"] == "not_arrow" for x in bad)
+    assert {"before", "after"} <= {x.get("doc_id") for x in lines}
+    table = cli("tail", "corpus")
+    assert f"undecodable p0@{offset}: value is not an Arrow IPC stream" in table.stderr
+    summary = tmp_path / "replay.json"
+    cli("replay", "corpus", "--out", str(tmp_path / "c.parquet"), "--summary", str(summary))
+    assert json.loads(summary.read_text())["bad_messages"] >= 1
