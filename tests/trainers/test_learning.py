@@ -12,9 +12,9 @@ def test_rl_improves_held_out_greedy_and_pass1(tmp_path):
         Args(
             tasks="add@2,sub@2",  # two-digit add/sub, zero-padded, digit-reversed answers
             flaw_rate=0.65,  # dropped carries / forgotten borrows in 65% of those lines
-            pretrain_max_steps=700,
+            pretrain_max_steps=1000,
             val_interval=100,
-            rl_steps=100,
+            rl_steps=150,
             eval_interval=50,
             out_dir=str(tmp_path),
             progress=False,
