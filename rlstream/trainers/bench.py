@@ -68,8 +68,17 @@ def run_bench(
     def sample_once(use_cache: bool) -> float:
         _sync(device)
         t = time.perf_counter()
-        s = sample(model, tok, prompts, 8, new, 1.0, stop=("\x7e",), use_cache=use_cache,
-                   generator=torch.Generator(device=device).manual_seed(0))  # fmt: skip
+        s = sample(
+            model,
+            tok,
+            prompts,
+            8,
+            new,
+            1.0,
+            stop=("\x7e",),
+            use_cache=use_cache,
+            generator=torch.Generator(device=device).manual_seed(0),
+        )
         _sync(device)
         return sum(len(t_) for t_ in s.tokens) / (time.perf_counter() - t)
 

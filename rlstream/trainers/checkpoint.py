@@ -51,8 +51,11 @@ def checkpoint_name(step: int) -> str:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": np.random.get_state()}  # fmt: skip
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
 
 
 def set_rng_state(s: dict) -> None:

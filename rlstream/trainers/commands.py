@@ -72,12 +72,25 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         s = lambda p: None if p is None else str(p)  # noqa: E731
         try:
-            args = Args(tasks=tasks, algo=algo, rl_steps=rl_steps, seed=seed, threads=threads,
-                        pretrain_max_steps=pretrain_max_steps, backend=backend,
-                        zero_stage=zero_stage, hybrid=hybrid, reward_rules=s(reward_rules),
-                        checkpoint_dir=s(checkpoint_dir), checkpoint_every=checkpoint_every,
-                        resume=resume, out_dir=s(out_dir), summary=s(summary),
-                        progress=progress, **parse_overrides(overrides))  # fmt: skip
+            args = Args(
+                tasks=tasks,
+                algo=algo,
+                rl_steps=rl_steps,
+                seed=seed,
+                threads=threads,
+                pretrain_max_steps=pretrain_max_steps,
+                backend=backend,
+                zero_stage=zero_stage,
+                hybrid=hybrid,
+                reward_rules=s(reward_rules),
+                checkpoint_dir=s(checkpoint_dir),
+                checkpoint_every=checkpoint_every,
+                resume=resume,
+                out_dir=s(out_dir),
+                summary=s(summary),
+                progress=progress,
+                **parse_overrides(overrides),
+            )
         except (ValueError, KeyError) as e:
             raise typer.BadParameter(str(e)) from None
         train_local(args)

@@ -9,10 +9,8 @@ the uninterrupted one exactly (CPU, same thread count).
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
@@ -27,6 +25,7 @@ from rlstream.trainers.envs import TaskMix, sample_prompts, verify
 from rlstream.trainers.evaluate import evaluate
 from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
 from rlstream.trainers.pretrain import Corpus, Plateau, build_corpus, eval_loss, lm_loss
+from rlstream.trainers.report import bar_info, make_summary, progress_bars, write_outputs
 from rlstream.trainers.rewards import build_reward, verifier_reward
 from rlstream.trainers.rl import Experience, Learner, RLArgs
 from rlstream.trainers.samplers import make_sampler
@@ -144,8 +143,14 @@ class Run:
         self.device = "cpu" if dev == "auto" else dev
         self.tok = CharTokenizer()
         self.mix = TaskMix.parse(a.tasks)
-        cfg = GPTConfig(self.tok.vocab_size, a.block_size, a.n_layer, a.n_head, a.n_embd,
-                        value_head=a.algo == "ppo")  # fmt: skip
+        cfg = GPTConfig(
+            self.tok.vocab_size,
+            a.block_size,
+            a.n_layer,
+            a.n_head,
+            a.n_embd,
+            value_head=a.algo == "ppo",
+        )
         model = GPT(cfg).to(self.device)
         self.backend = make_backend(
             model, make_adamw(model, a.pretrain_lr), a.backend, 1.0, a.zero_stage
@@ -154,10 +159,14 @@ class Run:
         self.schedule = CosineSchedule(
             a.pretrain_lr, a.warmup_steps, a.pretrain_max_steps, a.pretrain_lr / 10
         )
-        self.corpus = Corpus(build_corpus(self.mix, a.corpus_docs, a.flaw_rate, a.seed, a.seed),
-                             self.tok, a.block_size)  # fmt: skip
-        self.val = Corpus(build_corpus(self.mix, 4096, a.flaw_rate, a.seed + 1, a.seed),
-                          self.tok, a.block_size)  # fmt: skip
+        self.corpus = Corpus(
+            build_corpus(self.mix, a.corpus_docs, a.flaw_rate, a.seed, a.seed),
+            self.tok,
+            a.block_size,
+        )
+        self.val = Corpus(
+            build_corpus(self.mix, 4096, a.flaw_rate, a.seed + 1, a.seed), self.tok, a.block_size
+        )
         self.added_docs: list[str] = []
         self.eval_set = sample_prompts(self.mix, a.eval_prompts, "heldout", a.seed)
         pool = sample_prompts(self.mix, a.pool_size, "train", a.seed, unique=False)
@@ -179,16 +188,24 @@ class Run:
 
     def state_dict(self) -> dict:
         return {
-            "model": self.model.state_dict(), "optimizer": self.backend.optimizer_state(),
-            "schedule": self.schedule.state_dict(), "plateau": self.plateau.state_dict(),
-            "sampler": self.sampler.state_dict(), "data_gen": self.data_gen.get_state(),
-            "sample_gen": self.sample_gen.get_state(), "phase": self.phase,
-            "pre_step": self.pre_step, "rl_step": self.rl_step, "rollouts": self.rollouts,
-            "history": self.history, "pretrain_eval": self.pretrain_eval,
-            "added_docs": self.added_docs, "args": asdict(self.args),
+            "model": self.model.state_dict(),
+            "optimizer": self.backend.optimizer_state(),
+            "schedule": self.schedule.state_dict(),
+            "plateau": self.plateau.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "data_gen": self.data_gen.get_state(),
+            "sample_gen": self.sample_gen.get_state(),
+            "phase": self.phase,
+            "pre_step": self.pre_step,
+            "rl_step": self.rl_step,
+            "rollouts": self.rollouts,
+            "history": self.history,
+            "pretrain_eval": self.pretrain_eval,
+            "added_docs": self.added_docs,
+            "args": asdict(self.args),
             "ref": self.ref.state_dict() if self.ref else None,
             "learner": self.learner.state_dict() if self.learner else None,
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.model.load_state_dict(s["model"])
@@ -221,16 +238,28 @@ class Run:
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
         if ref_state is not None:
             self.ref.load_state_dict(ref_state)
-        rl_args = RLArgs(algo=a.algo, lr=a.rl_lr, kl_coef=a.kl_coef, update_epochs=a.update_epochs,
-                         num_minibatches=a.num_minibatches)  # fmt: skip
+        rl_args = RLArgs(
+            algo=a.algo,
+            lr=a.rl_lr,
+            kl_coef=a.kl_coef,
+            update_epochs=a.update_epochs,
+            num_minibatches=a.num_minibatches,
+        )
         self.learner = Learner(self.backend, self.ref, rl_args, self.tok.pad_id, a.seed)
         self.backend.set_lr(a.rl_lr)
         self.phase = "rl"
 
     def evaluate(self) -> dict:
         a = self.args
-        return evaluate(self.model, self.tok, self.eval_set, a.max_new_tokens, a.eval_samples,
-                        a.temperature, seed=a.seed + 123)  # fmt: skip
+        return evaluate(
+            self.model,
+            self.tok,
+            self.eval_set,
+            a.max_new_tokens,
+            a.eval_samples,
+            a.temperature,
+            seed=a.seed + 123,
+        )
 
 
 def pretrain_step(run: Run) -> dict:
@@ -258,17 +287,30 @@ def rl_step(run: Run) -> dict:
     a = run.args
     run.backend.set_lr(CosineSchedule(a.rl_lr, 0, a.rl_steps, a.rl_lr / 10)(run.rl_step))
     prompts = run.sampler.select(run.rl_step, a.prompts_per_step)
-    s = sample(run.model, run.tok, [p.text for p in prompts], a.group_size, a.max_new_tokens,
-               a.temperature, generator=run.sample_gen)  # fmt: skip
+    s = sample(
+        run.model,
+        run.tok,
+        [p.text for p in prompts],
+        a.group_size,
+        a.max_new_tokens,
+        a.temperature,
+        generator=run.sample_gen,
+    )
     rows = [prompts[i] for i in s.prompt_index]
-    rewards = run.reward_fn(s.texts, prompts=rows, answer=[p.answer for p in rows],
-                            text=[p.text for p in rows])  # fmt: skip
+    rewards = run.reward_fn(
+        s.texts, prompts=rows, answer=[p.answer for p in rows], text=[p.text for p in rows]
+    )
     correct = [verify(c, p) for c, p in zip(s.texts, rows, strict=True)]
     G = a.group_size
     run.sampler.update(prompts, [rewards[i * G : (i + 1) * G] for i in range(len(prompts))])
-    exp = Experience(s.prompt_tokens, s.tokens, s.logprobs, rewards,
-                     [f"{i}:{p.prompt_id}" for i, p in zip(s.prompt_index, rows, strict=True)],
-                     [run.learner.version] * len(rows))  # fmt: skip
+    exp = Experience(
+        s.prompt_tokens,
+        s.tokens,
+        s.logprobs,
+        rewards,
+        [f"{i}:{p.prompt_id}" for i, p in zip(s.prompt_index, rows, strict=True)],
+        [run.learner.version] * len(rows),
+    )
     lm_batch = None
     if a.hybrid:
         n_lm = max(1, round(len(rows) * a.hybrid_ratio / (1 - a.hybrid_ratio)))
@@ -279,26 +321,18 @@ def rl_step(run: Run) -> dict:
     m = run.learner.step(exp, lm_batch)
     run.rl_step += 1
     run.rollouts += len(rows)
-    row = {"phase": "rl", "step": run.step, "rl_step": run.rl_step,
-           "accuracy": sum(correct) / len(correct)} | m  # fmt: skip
+    row = {
+        "phase": "rl",
+        "step": run.step,
+        "rl_step": run.rl_step,
+        "accuracy": sum(correct) / len(correct),
+    } | m
     row["zero_var_groups"] = sum(
         len(set(rewards[i * G : (i + 1) * G])) == 1 for i in range(len(prompts))
     ) / len(prompts)
     if run.rl_step % a.eval_interval == 0 or run.rl_step == a.rl_steps:
         row |= run.evaluate()
     return row
-
-
-def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
-                    disable=not enabled)  # fmt: skip
-
-
-def _info(row: dict, keys: dict[str, str]) -> str:
-    return "  ".join(f"{label} {row[k]:.3f}" for k, label in keys.items() if k in row)
 
 
 def train_local(args: Args) -> dict:
@@ -308,14 +342,14 @@ def train_local(args: Args) -> dict:
     if args.resume and (state := latest_checkpoint(run.store)) is not None:
         run.load_state_dict(state)
     a, info = args, {}
-    with _progress(a.progress) as bar:
+    with progress_bars(a.progress) as bar:
         pt = bar.add_task("pretrain", total=a.pretrain_max_steps, completed=run.pre_step, info="")
         while run.phase == "pretrain":
             row = pretrain_step(run)
             run.history.append(row)
             info |= {k: row[k] for k in ("loss", "val_loss") if k in row}
             bar.update(
-                pt, completed=run.pre_step, info=_info(info, {"loss": "loss", "val_loss": "val"})
+                pt, completed=run.pre_step, info=bar_info(info, {"loss": "loss", "val_loss": "val"})
             )
             if run.phase == "pretrain":
                 run.maybe_checkpoint()
@@ -334,7 +368,7 @@ def train_local(args: Args) -> dict:
             bar.update(
                 rl,
                 completed=run.rl_step,
-                info=_info(
+                info=bar_info(
                     info,
                     {"reward": "reward", "greedy": "greedy", "pass1": "pass@1", "entropy": "H"},
                 ),
@@ -343,53 +377,6 @@ def train_local(args: Args) -> dict:
     final = (
         run.evaluate() if not run.history or "greedy" not in run.history[-1] else run.history[-1]
     )
-    summary = _summary(run, final, time.time() - t0)
-    _write_outputs(run, summary)
+    summary = make_summary(run, final, time.time() - t0)
+    write_outputs(run, summary)
     return summary
-
-
-def _summary(run: Run, final: dict, wall_s: float) -> dict:
-    pe = run.pretrain_eval
-    return {
-        "tasks": run.args.tasks, "algo": run.args.algo, "params": run.model.num_params(),
-        "pretrain_steps": pe.get("steps"), "pretrain_wall_s": pe.get("wall_s"),
-        "pretrain_accuracy": pe.get("greedy"), "pretrain_pass1": pe.get("pass1"),
-        "final_accuracy": final["greedy"], "final_pass1": final.get("pass1"),
-        "pretrain_by_task": pe.get("greedy_by_task"), "final_by_task": final["greedy_by_task"],
-        "rl_steps": run.rl_step, "rollouts": run.rollouts,
-        "dropped_groups": run.learner.dropped_groups if run.learner else 0,
-        "corpus_added": len(run.added_docs), "wall_s": wall_s,
-    }  # fmt: skip
-
-
-def _write_outputs(run: Run, summary: dict) -> None:
-    a = run.args
-    if a.out_dir:
-        from rlstream.trainers.plots import plot_curves
-
-        out = Path(a.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "history.json").write_text(json.dumps(run.history))
-        plot_curves(run.history, out / "curves.png")
-    if a.summary:
-        Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.summary).write_text(json.dumps(summary, indent=2))
-    if a.progress:
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title=f"rlstream local run: {a.tasks} ({a.algo})")
-        t.add_column("held-out")
-        t.add_column("pre-trained", justify="right")
-        t.add_column("after RL", justify="right")
-        fmt = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
-        t.add_row(
-            "greedy accuracy", fmt(summary["pretrain_accuracy"]), fmt(summary["final_accuracy"])
-        )
-        t.add_row("pass@1", fmt(summary["pretrain_pass1"]), fmt(summary["final_pass1"]))
-        for task, acc in summary["final_by_task"].items():
-            before = (summary["pretrain_by_task"] or {}).get(task)
-            t.add_row(f"  greedy {task}", fmt(before), fmt(acc))
-        Console().print(t)
-        Console().print(f"{summary['rl_steps']} RL steps, {summary['rollouts']} rollouts, "
-                        f"{summary['wall_s']:.0f} s")  # fmt: skip

@@ -40,8 +40,14 @@ class Experience:
         return len(self.rewards)
 
     def select(self, rows: list[int]) -> Experience:
-        f = [self.prompt_tokens, self.completion_tokens, self.old_logprobs, self.rewards,
-             self.group_ids, self.policy_version]  # fmt: skip
+        f = [
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.old_logprobs,
+            self.rewards,
+            self.group_ids,
+            self.policy_version,
+        ]
         return Experience(*[[col[i] for i in rows] for col in f])
 
 
@@ -123,8 +129,11 @@ class Learner:
 
     def filter_stale(self, exp: Experience) -> tuple[Experience, int]:
         """Drop whole groups with any row older than max_policy_lag versions; count them."""
-        stale = {g for g, v in zip(exp.group_ids, exp.policy_version, strict=True)
-                 if self.version - v > self.args.max_policy_lag}  # fmt: skip
+        stale = {
+            g
+            for g, v in zip(exp.group_ids, exp.policy_version, strict=True)
+            if self.version - v > self.args.max_policy_lag
+        }
         keep = [i for i, g in enumerate(exp.group_ids) if g not in stale]
         return exp.select(keep), len(stale)
 
@@ -197,8 +206,11 @@ class Learner:
         return out
 
     def state_dict(self) -> dict:
-        return {"version": self.version, "generator": self.generator.get_state(),
-                "dropped_groups": self.dropped_groups}  # fmt: skip
+        return {
+            "version": self.version,
+            "generator": self.generator.get_state(),
+            "dropped_groups": self.dropped_groups,
+        }
 
     def load_state_dict(self, s: dict) -> None:
         self.version, self.dropped_groups = s["version"], s["dropped_groups"]

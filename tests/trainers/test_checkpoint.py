@@ -30,17 +30,51 @@ def test_directory_store_and_retention(tmp_path):
 
 
 TINY = [
-    "--tasks", "add@1-2,sub@1-2", "--pretrain-max-steps", "30", "--rl-steps", "20",
-    "--threads", "1", "--no-progress", "--backend", "torch",
-    "--set", "corpus_docs=3000", "--set", "val_interval=10", "--set", "eval_prompts=32",
-    "--set", "pool_size=300", "--set", "eval_interval=10", "--set", "prompts_per_step=8",
-    "--set", "n_layer=2", "--set", "n_embd=64", "--set", "warmup_steps=5",
-]  # fmt: skip
+    "--tasks",
+    "add@1-2,sub@1-2",
+    "--pretrain-max-steps",
+    "30",
+    "--rl-steps",
+    "20",
+    "--threads",
+    "1",
+    "--no-progress",
+    "--backend",
+    "torch",
+    "--set",
+    "corpus_docs=3000",
+    "--set",
+    "val_interval=10",
+    "--set",
+    "eval_prompts=32",
+    "--set",
+    "pool_size=300",
+    "--set",
+    "eval_interval=10",
+    "--set",
+    "prompts_per_step=8",
+    "--set",
+    "n_layer=2",
+    "--set",
+    "n_embd=64",
+    "--set",
+    "warmup_steps=5",
+]
 
 
 def _cmd(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "rlstream.cli", "train", *TINY, "--out-dir", str(out),
-            "--summary", str(out / "summary.json"), *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "rlstream.cli",
+        "train",
+        *TINY,
+        "--out-dir",
+        str(out),
+        "--summary",
+        str(out / "summary.json"),
+        *extra,
+    ]
 
 
 def _losses(out: Path) -> list[tuple]:
@@ -68,7 +102,14 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     subprocess.run(cmd + ["--resume"], check=True, timeout=240)
     a = json.loads((full / "summary.json").read_text())
     b = json.loads((part / "summary.json").read_text())
-    for key in ("pretrain_accuracy", "pretrain_pass1", "final_accuracy", "final_pass1",
-                "rl_steps", "rollouts", "final_by_task"):  # fmt: skip
+    for key in (
+        "pretrain_accuracy",
+        "pretrain_pass1",
+        "final_accuracy",
+        "final_pass1",
+        "rl_steps",
+        "rollouts",
+        "final_by_task",
+    ):
         assert a[key] == b[key], key
     assert _losses(full) == _losses(part)  # every step's loss, bit for bit

@@ -41,8 +41,15 @@ def test_kv_cache_sampling_equals_no_cache(model, temperature, top_p):
 
 
 def test_sampling_layout_stop_tokens_and_logprobs(model):
-    s = sample(model, TOK, PROMPTS, n=3, max_new_tokens=12, stop=("5",),
-               generator=torch.Generator().manual_seed(2))  # fmt: skip
+    s = sample(
+        model,
+        TOK,
+        PROMPTS,
+        n=3,
+        max_new_tokens=12,
+        stop=("5",),
+        generator=torch.Generator().manual_seed(2),
+    )
     assert s.prompt_index == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     stop = TOK.stoi["5"]
     for toks, text, lps in zip(s.tokens, s.texts, s.logprobs, strict=True):
@@ -59,8 +66,15 @@ def test_sampling_layout_stop_tokens_and_logprobs(model):
 def test_greedy_is_deterministic_and_top_p_tiny_is_greedy(model):
     g = sample(model, TOK, PROMPTS, n=2, max_new_tokens=6, temperature=0)
     assert g.tokens[0] == g.tokens[1]
-    t = sample(model, TOK, PROMPTS, n=2, max_new_tokens=6, top_p=1e-6,
-               generator=torch.Generator().manual_seed(3))  # fmt: skip
+    t = sample(
+        model,
+        TOK,
+        PROMPTS,
+        n=2,
+        max_new_tokens=6,
+        top_p=1e-6,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert t.tokens == g.tokens
 
 

@@ -12,11 +12,15 @@ def test_doctests():
 
 
 def test_weighted_combination_on_hand_made_cases():
-    fn = build_reward({"rules": [
-        {"type": "exact_match", "weight": 1.0},
-        {"type": "format", "pattern": "[0-9]+", "weight": 0.5},
-        {"type": "length_penalty", "max_chars": 4, "per_char": 0.25},
-    ]})  # fmt: skip
+    fn = build_reward(
+        {
+            "rules": [
+                {"type": "exact_match", "weight": 1.0},
+                {"type": "format", "pattern": "[0-9]+", "weight": 0.5},
+                {"type": "length_penalty", "max_chars": 4, "per_char": 0.25},
+            ]
+        }
+    )
     got = fn(["2210", "2211", "22a", "221000"], answer=["2210"] * 4)
     assert got == [1.5, 0.5, 0.0, 0.5 - 0.5]
 

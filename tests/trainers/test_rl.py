@@ -21,8 +21,9 @@ def _setup(algo="grpo", **kw):
 
 
 def _experience(model, version=0, prompts=("12+34=", "5-3=")):
-    s = sample(model, TOK, list(prompts), n=4, max_new_tokens=5,
-               generator=torch.Generator().manual_seed(0))  # fmt: skip
+    s = sample(
+        model, TOK, list(prompts), n=4, max_new_tokens=5, generator=torch.Generator().manual_seed(0)
+    )
     rewards = [float(i % 2) for i in range(len(s.texts))]  # every group has variance
     groups = [prompts[i] for i in s.prompt_index]
     return Experience(
@@ -31,8 +32,14 @@ def _experience(model, version=0, prompts=("12+34=", "5-3=")):
 
 
 def test_collate_masks_completion_tokens_only():
-    exp = Experience([[5, 6, 7], [5]], [[8, 1], [9, 9, 1]], [[-0.1, -0.2], [-1, -2, -3]],
-                     [1.0, 0.0], ["a", "b"], [0, 0])  # fmt: skip
+    exp = Experience(
+        [[5, 6, 7], [5]],
+        [[8, 1], [9, 9, 1]],
+        [[-0.1, -0.2], [-1, -2, -3]],
+        [1.0, 0.0],
+        ["a", "b"],
+        [0, 0],
+    )
     b = collate(exp, TOK.pad_id)
     assert b["tokens"].tolist() == [[5, 6, 7, 8, 1], [5, 9, 9, 1, 0]]
     assert b["mask"].tolist() == [[0, 0, 1, 1], [1, 1, 1, 0]]
