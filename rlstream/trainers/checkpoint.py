@@ -46,6 +46,25 @@ class DirectoryStore:
         (self.path / name).unlink(missing_ok=True)
 
 
+class MemoryStore:
+    """A dict of bytes (tests, or a staging area before an upload)."""
+
+    def __init__(self):
+        self.blobs: dict[str, bytes] = {}
+
+    def save_bytes(self, name: str, data: bytes) -> None:
+        self.blobs[name] = bytes(data)
+
+    def load_bytes(self, name: str) -> bytes:
+        return self.blobs[name]
+
+    def list(self) -> list[str]:
+        return sorted(self.blobs)
+
+    def delete(self, name: str) -> None:
+        self.blobs.pop(name, None)
+
+
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}.pt"
 

@@ -16,20 +16,21 @@ import torch
 
 from rlstream.trainers.backend import CosineSchedule, make_adamw, make_backend
 from rlstream.trainers.checkpoint import (
+    CheckpointStore,
     DirectoryStore,
     latest_checkpoint,
     save_checkpoint,
     set_rng_state,
 )
-from rlstream.trainers.envs import TaskMix, sample_prompts, verify
+from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.evaluate import evaluate
 from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.policy import Policy, rollout, score, to_experience
 from rlstream.trainers.pretrain import Corpus, Plateau, build_corpus, eval_loss, lm_loss
 from rlstream.trainers.report import bar_info, make_summary, progress_bars, write_outputs
 from rlstream.trainers.rewards import build_reward, verifier_reward
-from rlstream.trainers.rl import Experience, Learner, RLArgs
-from rlstream.trainers.samplers import make_sampler
-from rlstream.trainers.sampling import sample
+from rlstream.trainers.rl import Learner, RLArgs
+from rlstream.trainers.samplers import PromptSampler, make_sampler
 
 
 @dataclass
@@ -124,8 +125,6 @@ class Args:
     """show rich progress bars and the final table"""
 
     def __post_init__(self):
-        if self.resume and not self.checkpoint_dir:
-            raise ValueError("resume needs checkpoint_dir")
         if self.algo not in ("grpo", "ppo"):
             raise ValueError(f"algo must be grpo or ppo, got {self.algo!r}")
         if not 0 <= self.hybrid_ratio < 1:
@@ -135,7 +134,7 @@ class Args:
 class Run:
     """Everything the loop mutates, in one place (and in one checkpoint)."""
 
-    def __init__(self, args: Args):
+    def __init__(self, args: Args, store=None, sampler=None):
         self.args = a = args
         torch.set_num_threads(a.threads)
         torch.manual_seed(a.seed)
@@ -169,8 +168,10 @@ class Run:
         )
         self.added_docs: list[str] = []
         self.eval_set = sample_prompts(self.mix, a.eval_prompts, "heldout", a.seed)
-        pool = sample_prompts(self.mix, a.pool_size, "train", a.seed, unique=False)
-        self.sampler = make_sampler(a.sampler, pool, a.seed)
+        if sampler is None:
+            pool = sample_prompts(self.mix, a.pool_size, "train", a.seed, unique=False)
+            sampler = make_sampler(a.sampler, pool, a.seed)
+        self.sampler = sampler
         self.reward_fn = build_reward(a.reward_rules) if a.reward_rules else verifier_reward
         self.data_gen = torch.Generator().manual_seed(a.seed)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(a.seed + 7)
@@ -180,7 +181,9 @@ class Run:
         self.pretrain_eval: dict = {}
         self.ref: GPT | None = None
         self.learner: Learner | None = None
-        self.store = DirectoryStore(a.checkpoint_dir) if a.checkpoint_dir else None
+        if store is None and a.checkpoint_dir:
+            store = DirectoryStore(a.checkpoint_dir)
+        self.store = store
 
     @property
     def step(self) -> int:
@@ -229,7 +232,7 @@ class Run:
 
     def maybe_checkpoint(self) -> None:
         a = self.args
-        if self.store and a.checkpoint_every and self.step % a.checkpoint_every == 0:
+        if self.store is not None and a.checkpoint_every and self.step % a.checkpoint_every == 0:
             save_checkpoint(self.store, self.step, self.state_dict(), a.keep_last)
 
     def start_rl(self, ref_state: dict | None = None) -> None:
@@ -287,30 +290,13 @@ def rl_step(run: Run) -> dict:
     a = run.args
     run.backend.set_lr(CosineSchedule(a.rl_lr, 0, a.rl_steps, a.rl_lr / 10)(run.rl_step))
     prompts = run.sampler.select(run.rl_step, a.prompts_per_step)
-    s = sample(
-        run.model,
-        run.tok,
-        [p.text for p in prompts],
-        a.group_size,
-        a.max_new_tokens,
-        a.temperature,
-        generator=run.sample_gen,
-    )
+    policy = Policy(run.model, run.tok, run.learner.version)
+    s = rollout(policy, prompts, a.group_size, a.max_new_tokens, a.temperature, run.sample_gen)
+    rewards, correct = score(prompts, s, run.reward_fn)
     rows = [prompts[i] for i in s.prompt_index]
-    rewards = run.reward_fn(
-        s.texts, prompts=rows, answer=[p.answer for p in rows], text=[p.text for p in rows]
-    )
-    correct = [verify(c, p) for c, p in zip(s.texts, rows, strict=True)]
     G = a.group_size
     run.sampler.update(prompts, [rewards[i * G : (i + 1) * G] for i in range(len(prompts))])
-    exp = Experience(
-        s.prompt_tokens,
-        s.tokens,
-        s.logprobs,
-        rewards,
-        [f"{i}:{p.prompt_id}" for i, p in zip(s.prompt_index, rows, strict=True)],
-        [run.learner.version] * len(rows),
-    )
+    exp = to_experience(prompts, s, rewards, run.learner.version)
     lm_batch = None
     if a.hybrid:
         n_lm = max(1, round(len(rows) * a.hybrid_ratio / (1 - a.hybrid_ratio)))
@@ -335,10 +321,19 @@ def rl_step(run: Run) -> dict:
     return row
 
 
-def train_local(args: Args) -> dict:
-    """Pre-train, hand off, RL, evaluate; returns (and optionally writes) the summary."""
+def train_local(
+    args: Args, store: CheckpointStore | None = None, sampler: PromptSampler | None = None
+) -> dict:
+    """Pre-train, hand off, RL, evaluate; returns (and optionally writes) the summary.
+
+    store: where checkpoints go (default: DirectoryStore(args.checkpoint_dir)); any object with
+    save_bytes/load_bytes/list/delete. sampler: picks each step's prompts and receives their
+    rewards (default: args.sampler over a pool of args.pool_size train prompts).
+    """
     t0 = time.time()
-    run = Run(args)
+    run = Run(args, store, sampler)
+    if args.resume and run.store is None:
+        raise ValueError("resume needs a checkpoint store (--checkpoint-dir)")
     if args.resume and (state := latest_checkpoint(run.store)) is not None:
         run.load_state_dict(state)
     a, info = args, {}

@@ -1,0 +1,80 @@
+"""Building blocks the streaming loop calls: build, rollout, score, experience, update, bytes."""
+
+import torch
+
+from rlstream.trainers.checkpoint import MemoryStore
+from rlstream.trainers.envs import TaskMix, sample_prompts
+from rlstream.trainers.local import Args, train_local
+from rlstream.trainers.model import GPTConfig
+from rlstream.trainers.policy import (
+    build_policy,
+    make_learner,
+    policy_from_bytes,
+    policy_to_bytes,
+    rollout,
+    score,
+    to_experience,
+)
+from rlstream.trainers.rewards import build_reward
+from rlstream.trainers.rl import RLArgs
+from rlstream.trainers.samplers import UniformSampler
+
+
+def test_rollout_score_update_and_publish():
+    policy = build_policy(GPTConfig(block_size=24, n_layer=1, n_head=2, n_embd=32))
+    prompts = sample_prompts(TaskMix.parse("add@1,sub@1"), 3, "train", seed=0)
+    s = rollout(
+        policy, prompts, group_size=4, max_new_tokens=5, generator=torch.Generator().manual_seed(0)
+    )
+    assert len(s.texts) == 12 and s.prompt_index == [0] * 4 + [1] * 4 + [2] * 4
+    rewards, correct = score(prompts, s)
+    assert rewards == [float(c) for c in correct]
+    rule = build_reward({"rules": [{"type": "length_penalty", "max_chars": 0, "per_char": 1.0}]})
+    assert score(prompts, s, rule)[0] == [-float(len(t)) for t in s.texts]
+    exp = to_experience(prompts, s, [float(len(t) % 2) for t in s.texts], policy.version)
+    learner = make_learner(policy, RLArgs(lr=1e-3), backend="torch")
+    blob = policy_to_bytes(policy)
+    m = learner.step(exp)
+    assert learner.version == 1 and m["tokens"] == sum(len(t) for t in s.tokens)
+    old = policy_from_bytes(blob)
+    assert old.version == 0
+    changed = [
+        not torch.equal(a, b)
+        for a, b in zip(old.model.parameters(), policy.model.parameters(), strict=True)
+    ]
+    assert any(changed)
+
+
+def test_train_local_with_injected_store_and_sampler():
+    class CountingSampler(UniformSampler):
+        calls = 0
+
+        def update(self, prompts, rewards):
+            CountingSampler.calls += 1
+            assert len(rewards) == len(prompts) and all(len(r) == 2 for r in rewards)
+
+    pool = sample_prompts(TaskMix.parse("add@1"), 50, "train", seed=0)
+    store = MemoryStore()
+    args = Args(
+        tasks="add@1",
+        corpus_docs=500,
+        pretrain_max_steps=6,
+        val_interval=3,
+        warmup_steps=2,
+        rl_steps=3,
+        eval_interval=3,
+        eval_prompts=8,
+        eval_samples=2,
+        prompts_per_step=2,
+        group_size=2,
+        n_layer=1,
+        n_embd=32,
+        threads=1,
+        progress=False,
+        backend="torch",
+        checkpoint_every=3,
+        keep_last=2,
+    )
+    s = train_local(args, store=store, sampler=CountingSampler(pool, seed=0))
+    assert CountingSampler.calls == 3 and s["rl_steps"] == 3
+    assert store.list() == ["step-00000006.pt", "step-00000009.pt"]
