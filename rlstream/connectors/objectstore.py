@@ -132,6 +132,29 @@ class ObjectStore:
                 yield name, self.get_parquet(name)
 
 
+class PrefixStore:
+    """A named-bytes store under one prefix of the object store (a checkpoint directory in S3).
+
+    Implements the trainers' CheckpointStore protocol: save_bytes, load_bytes, list, delete.
+    """
+
+    def __init__(self, store: ObjectStore, prefix: str):
+        self.store = store
+        self.prefix = prefix.rstrip("/") + "/"
+
+    def save_bytes(self, name: str, data: bytes) -> None:
+        self.store.put_bytes(self.prefix + name, data)
+
+    def load_bytes(self, name: str) -> bytes:
+        return self.store.get_bytes(self.prefix + name)
+
+    def list(self) -> list[str]:
+        return [n[len(self.prefix) :] for n in self.store.list(self.prefix)]
+
+    def delete(self, name: str) -> None:
+        self.store.delete(self.prefix + name)
+
+
 def experience_object(run_id: str, policy_version: int, first_offset: int, partition: int) -> str:
     """The archive name of an experience batch: idempotent, derived from its position."""
     return (
@@ -139,5 +162,5 @@ def experience_object(run_id: str, policy_version: int, first_offset: int, parti
     )
 
 
-def checkpoint_prefix(run_id: str, step: int) -> str:
-    return f"{run_id}/checkpoints/step={step}/"
+def checkpoint_prefix(run_id: str) -> str:
+    return f"{run_id}/checkpoints/"

@@ -163,3 +163,34 @@ def test_topics_lists_every_topic_with_counts(stack_home, tmp_path):
         assert get(event).topic in by_name
     assert by_name["rl.rollouts.v1"]["partitions"] == 4
     assert by_name["rl.prompts.v1"]["messages"] > 0
+
+
+def test_topics_reports_consumer_group_lag(stack_home, tmp_path):
+    from rlstream.connectors.endpoints import Endpoints
+    from rlstream.connectors.kafka import consumer
+
+    group = f"g-lag-{time.time_ns()}"
+    corpus = get("corpus")
+
+    async def commit_at_end() -> None:
+        from aiokafka import TopicPartition
+
+        from rlstream.ops.topics import highwaters
+
+        tps = [TopicPartition(corpus.topic, p) for p in range(corpus.partitions)]
+        offsets = await highwaters(Endpoints.from_env(), tps)
+        c = consumer(Endpoints.from_env(), group_id=group)
+        await c.start()
+        try:
+            c.assign(tps)
+            await c.commit(offsets)
+        finally:
+            await c.stop()
+
+    rows = [{"doc_id": f"lag-{i}", "text": "x", "source": "test"} for i in range(6)]
+    cli("publish", str(_write_jsonl(tmp_path / "seed.jsonl", rows[:1])), "--topic", "corpus")
+    asyncio.run(commit_at_end())
+    cli("publish", str(_write_jsonl(tmp_path / "more.jsonl", rows[1:])), "--topic", "corpus",
+        "--batch-rows", "1")  # fmt: skip
+    infos = {i["topic"]: i for i in json.loads(cli("topics", "--json").stdout)}
+    assert infos[corpus.topic]["lag"][group] == 5

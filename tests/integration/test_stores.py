@@ -53,3 +53,20 @@ def test_qdrant_local_mode_upsert_and_search(endpoints, tmp_path):
         assert [h.id for h in hits] == [1, 3] and hits[0].payload == {"task": "add"}
     finally:
         store.close()
+
+
+def test_checkpoints_round_trip_through_s3_with_retention(endpoints):
+    import torch
+
+    from rlstream.connectors.objectstore import PrefixStore, checkpoint_prefix
+    from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint
+
+    run_id = f"ckpt-{time.time_ns()}"
+    store = PrefixStore(ObjectStore(endpoints), checkpoint_prefix(run_id))
+    for step in (1, 2, 3, 4):
+        save_checkpoint(store, step, {"weights": torch.full((3,), float(step))}, keep_last=2)
+    assert store.list() == ["step-00000003.pt", "step-00000004.pt"]
+    latest = latest_checkpoint(store)
+    assert latest["step"] == 4 and torch.equal(latest["weights"], torch.full((3,), 4.0))
+    names = ObjectStore(endpoints).list(f"{run_id}/")
+    assert names == [f"{run_id}/checkpoints/step-0000000{n}.pt" for n in (3, 4)]
