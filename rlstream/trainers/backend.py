@@ -100,6 +100,13 @@ class DeepSpeedBackend(TorchBackend):
         self.model, self.module, self.optimizer, self.engine = engine, engine.module, opt, engine
         self.max_grad_norm = max_grad_norm
 
+    def load_optimizer_state(self, state: dict) -> None:
+        if hasattr(self.optimizer, "_load_legacy_checkpoint"):  # a ZeRO 1/2 optimizer
+            # One state per rank; fp32 partitions are rebuilt from the (already loaded) weights.
+            self.optimizer.load_state_dict([state], load_from_fp32_weights=False)
+        else:
+            self.optimizer.load_state_dict(state)
+
     def step(self, loss: torch.Tensor) -> float:
         self.engine.backward(loss)
         self.engine.step()

@@ -13,11 +13,16 @@ import torch
 pytestmark = pytest.mark.deepspeed
 
 
-@pytest.mark.timeout(300)
-def test_zero2_cpu_smoke():
+@pytest.fixture(autouse=True)
+def _deepspeed_env(monkeypatch):
     pytest.importorskip("deepspeed")
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlstream"
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions"))
+    if "TORCH_EXTENSIONS_DIR" not in os.environ:
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions"))
+
+
+@pytest.mark.timeout(300)
+def test_zero2_cpu_smoke():
     from rlstream.trainers.backend import make_adamw, make_backend
     from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
     from rlstream.trainers.pretrain import Corpus, lm_loss
@@ -39,3 +44,32 @@ def test_zero2_cpu_smoke():
     after = list(backend.module.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     assert losses[-1] < losses[0]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_local_loop_on_deepspeed_checkpoints_and_resumes(tmp_path, algo):
+    from rlstream.trainers.local import Args, train_local
+
+    kw = dict(
+        tasks="add@1",
+        algo=algo,
+        corpus_docs=500,
+        pretrain_max_steps=6,
+        val_interval=3,
+        warmup_steps=2,
+        eval_interval=3,
+        eval_prompts=8,
+        eval_samples=2,
+        prompts_per_step=2,
+        group_size=2,
+        n_layer=1,
+        n_embd=32,
+        threads=1,
+        progress=False,
+        backend="deepspeed",
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every=3,
+    )
+    assert train_local(Args(rl_steps=3, **kw))["rl_steps"] == 3
+    assert train_local(Args(rl_steps=5, resume=True, **kw))["rl_steps"] == 5
