@@ -41,8 +41,9 @@ def group_outcome(rewards: list[float], success_at: float = 0.5, eps: float = 1e
     if not rewards:
         raise ValueError("a group needs at least one reward")
     r = np.asarray(rewards, dtype=float)
-    return GroupOutcome(float((r >= success_at).sum()), len(r), bool(r.max() - r.min() <= eps),
-                        float(r.mean()))  # fmt: skip
+    return GroupOutcome(
+        float((r >= success_at).sum()), len(r), bool(r.max() - r.min() <= eps), float(r.mean())
+    )
 
 
 class PromptStats:
@@ -136,8 +137,13 @@ class PoolSampler:
         self.observe(prompts, idx, outcomes)
 
     def state_dict(self) -> dict:
-        return {"rng": self.rng.bit_generator.state, "stats": self.stats.state_dict(),
-                "rollouts": self.rollouts, "wasted": self.wasted_rollouts} | self.extra_state()  # fmt: skip
+        base = {
+            "rng": self.rng.bit_generator.state,
+            "stats": self.stats.state_dict(),
+            "rollouts": self.rollouts,
+            "wasted": self.wasted_rollouts,
+        }
+        return base | self.extra_state()
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
@@ -181,5 +187,8 @@ class UniformSelection(PoolSampler):
         pos = self.draw(batch_size)
         prompts = [self.pool[i] for i in pos]
         rate = self.empirical_rate(self.stats.of_pool[pos])
-        recs = [make_record(p, r, None, self.name, True, "uniform") for p, r in zip(prompts, rate)]
+        recs = [
+            make_record(p, r, None, self.name, True, "uniform")
+            for p, r in zip(prompts, rate, strict=True)
+        ]
         return Selection(prompts, recs)

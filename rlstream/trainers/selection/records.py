@@ -59,8 +59,18 @@ def make_record(
 ) -> ScoreRecord:
     """A record for one candidate, carrying the prompt's text, task and answer."""
     unc = None if uncertainty is None else float(uncertainty)
-    return ScoreRecord(prompt.prompt_id, float(predicted), unc, int(ppm_version), sampler,
-                       bool(selected), reason, prompt.text, prompt.task, prompt.answer)  # fmt: skip
+    return ScoreRecord(
+        prompt.prompt_id,
+        float(predicted),
+        unc,
+        int(ppm_version),
+        sampler,
+        bool(selected),
+        reason,
+        prompt.text,
+        prompt.task,
+        prompt.answer,
+    )
 
 
 @dataclass
@@ -75,5 +85,10 @@ def records_to_batch(
     records: list[ScoreRecord], run_id: str = "default", policy_version: int = 0, **kw
 ) -> pa.RecordBatch:
     """The records as an Arrow batch of the latest registered `prompt_scores` event."""
-    return rows_to_batch(get("prompt_scores"), [r.to_row() for r in records], run_id=run_id,
-                         policy_version=policy_version, **kw)  # fmt: skip
+    return rows_to_batch(
+        get("prompt_scores"),
+        [r.to_row() for r in records],
+        run_id=run_id,
+        policy_version=policy_version,
+        **kw,
+    )

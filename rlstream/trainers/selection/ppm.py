@@ -1,0 +1,263 @@
+"""The Prompt Predictive Model: predicts a prompt's pass rate before any rollout.
+
+features(prompt) = [featurizer(prompt) (text / sentence embedding / policy hidden states),
+history_features(attempts, successes, version gap, neighbourhood pass rate)] -> MLP (hidden 256)
+-> sigmoid. Parameters are shared across prompts, so prompts never rolled out get a score from
+what similar prompts did. Trained online: every observed group (successes of n, with the
+features the prompt had *before* that rollout) joins a history buffer, and each `fit` takes a
+few Adam steps of the binomial likelihood over the whole buffer, recent observations weighted
+more (the policy drifts). Calibration: Brier score and Pearson r on unseen prompts. Scoring can
+run on an INT8 dynamically quantized copy; `quantization_error` reports what that costs.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlstream.trainers.envs import Prompt
+from rlstream.trainers.selection.features import (
+    HISTORY_DIM,
+    Featurizer,
+    history_features,
+    make_featurizer,
+)
+from rlstream.trainers.selection.neighbours import KnnNeighbourhood
+
+
+def binomial_nll(
+    logits: torch.Tensor,
+    successes: torch.Tensor,
+    attempts: torch.Tensor,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Binomial negative log-likelihood per rollout (the binomial coefficient dropped).
+
+    logits, successes, attempts, weights: (N,). Returns the scalar
+    sum_i w_i * -(s_i log sigma(z_i) + (n_i - s_i) log sigma(-z_i)) / sum_i w_i n_i.
+    """
+    w = torch.ones_like(logits) if weights is None else weights
+    ll = successes * F.logsigmoid(logits) + (attempts - successes) * F.logsigmoid(-logits)
+    return -(w * ll).sum() / (w * attempts).sum().clamp_min(1e-8)
+
+
+def brier_score(pred: np.ndarray, successes: np.ndarray, attempts: np.ndarray) -> float:
+    """Mean squared error of pred against every binary outcome: sum(s(1-p)^2 + f p^2) / sum(n)."""
+    p, s, n = (np.asarray(x, dtype=float) for x in (pred, successes, attempts))
+    return float((s * (1 - p) ** 2 + (n - s) * p**2).sum() / n.sum())
+
+
+def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation (0 when either side is constant)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    sx, sy = x.std(), y.std()
+    return 0.0 if sx == 0 or sy == 0 else float(((x - x.mean()) * (y - y.mean())).mean() / sx / sy)
+
+
+def calibration(pred: np.ndarray, successes: np.ndarray, attempts: np.ndarray) -> dict:
+    """Brier score and Pearson r of predictions against observed pass rates s/n."""
+    return {
+        "brier": brier_score(pred, successes, attempts),
+        "pearson_r": pearson_r(pred, np.asarray(successes) / np.asarray(attempts)),
+        "n_prompts": len(pred),
+    }
+
+
+class PPMNet(nn.Module):
+    """x (N, D) -> logit (N,): Linear-ReLU-Linear-ReLU-Linear."""
+
+    def __init__(self, in_dim: int, hidden: int = 256):
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear(in_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x).squeeze(-1)  # (N,)
+
+
+def quantize_int8(net: nn.Module) -> nn.Module:
+    """An INT8 dynamically quantized copy of net's Linear layers, for scoring only."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization deprecation notices
+        from torch.ao.quantization import quantize_dynamic
+
+        return quantize_dynamic(copy.deepcopy(net).eval(), {nn.Linear}, dtype=torch.qint8)
+
+
+@torch.no_grad()
+def quantization_error(net: nn.Module, x: torch.Tensor) -> dict:
+    """Accuracy cost of INT8 scoring: max and mean |sigmoid(float) - sigmoid(int8)| on x (N, D)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = (torch.sigmoid(net.eval()(x)) - torch.sigmoid(quantize_int8(net)(x))).abs()
+    return {"max_abs": float(d.max()), "mean_abs": float(d.mean()), "n": len(x)}
+
+
+@dataclass
+class PPMArgs:
+    featurizers: tuple[str, ...] = ("text",)
+    """registered featurizers whose outputs are concatenated (see features.FEATURIZERS)"""
+    hidden: int = 256
+    """MLP hidden width"""
+    lr: float = 2e-3
+    """Adam learning rate"""
+    weight_decay: float = 1e-4
+    """AdamW weight decay"""
+    batch_size: int = 256
+    """observations per gradient step"""
+    fit_steps: int = 20
+    """gradient steps per fit()"""
+    recency: float = 0.98
+    """weight of an observation decays by this factor per policy version (drift)"""
+    max_history: int = 50_000
+    """observations kept in the buffer (oldest dropped)"""
+    use_history: bool = True
+    """append history and neighbourhood features"""
+    k_neighbours: int = 8
+    """neighbours for the neighbourhood pass rate"""
+    int8_scoring: bool = False
+    """score with an INT8 dynamically quantized copy (refreshed after each fit)"""
+    seed: int = 0
+    """seed of the MLP init and minibatch draws"""
+
+    def __post_init__(self):
+        if not self.featurizers:
+            raise ValueError("the PPM needs at least one featurizer to score unseen prompts")
+        if not 0 < self.recency <= 1:
+            raise ValueError(f"recency is a per-version decay in (0, 1], got {self.recency}")
+        if self.hidden < 1 or self.batch_size < 1 or self.fit_steps < 0:
+            raise ValueError("hidden and batch_size must be >= 1, fit_steps >= 0")
+
+
+class PromptPredictiveModel:
+    """Featurize, remember every observation, fit online, predict pass rates (also for unseen)."""
+
+    def __init__(
+        self, args: PPMArgs | None = None, featurizer: Featurizer | None = None, neighbourhood=None
+    ):
+        self.args = a = args or PPMArgs()
+        if featurizer is None:
+            from rlstream.trainers.selection.features import ConcatFeaturizer
+
+            featurizer = ConcatFeaturizer([make_featurizer(n) for n in a.featurizers])
+        self.featurizer = featurizer
+        self.neighbours = neighbourhood or KnnNeighbourhood(a.k_neighbours)
+        self.in_dim = featurizer.dim + (HISTORY_DIM if a.use_history else 0)
+        torch.manual_seed(a.seed)
+        self.net = PPMNet(self.in_dim, a.hidden)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+        self.gen = torch.Generator().manual_seed(a.seed)
+        self.counts: dict[str, list[float]] = {}  # prompt_id -> [successes, attempts, last ver]
+        self.x, self.s, self.n, self.ver = [], [], [], []  # the observation buffer
+        self.policy_version, self.version = 0, 0  # observe() calls, fit() calls
+        self._cache: dict[str, np.ndarray] = {}
+        self._int8: nn.Module | None = None
+
+    def embed(self, prompts: list[Prompt]) -> np.ndarray:
+        """Featurizer output (N, featurizer.dim), cached by prompt id."""
+        missing = [p for p in dict.fromkeys(prompts) if p.prompt_id not in self._cache]
+        if missing:
+            for p, v in zip(missing, self.featurizer(missing), strict=True):
+                self._cache[p.prompt_id] = v
+        return np.stack([self._cache[p.prompt_id] for p in prompts]).astype(np.float32)
+
+    def features(self, prompts: list[Prompt]) -> np.ndarray:
+        """Model inputs (N, in_dim): embedding + history features as of now."""
+        e = self.embed(prompts)
+        if not self.args.use_history:
+            return e
+        c = np.array([self.counts.get(p.prompt_id, [0.0, 0.0, -1.0]) for p in prompts])
+        gap = self.policy_version - c[:, 2]
+        rate, weight = self.neighbours.query(e, exclude=[p.prompt_id for p in prompts])
+        return np.concatenate([e, history_features(c[:, 1], c[:, 0], gap, rate, weight)], axis=1)
+
+    def observe(self, prompts: list[Prompt], successes, attempts) -> None:
+        """Add one step's groups to the history (features taken before the counters move)."""
+        x = self.features(prompts)
+        s, n = np.asarray(successes, dtype=float), np.asarray(attempts, dtype=float)
+        self.x += list(x)
+        self.s += s.tolist()
+        self.n += n.tolist()
+        self.ver += [self.policy_version] * len(prompts)
+        for p, si, ni in zip(prompts, s, n, strict=True):
+            c = self.counts.setdefault(p.prompt_id, [0.0, 0.0, -1.0])
+            c[0], c[1], c[2] = c[0] + si, c[1] + ni, self.policy_version
+        if self.args.use_history:
+            self.neighbours.add([p.prompt_id for p in prompts], self.embed(prompts), s, n)
+        drop = len(self.s) - self.args.max_history
+        if drop > 0:
+            del self.x[:drop], self.s[:drop], self.n[:drop], self.ver[:drop]
+        self.policy_version += 1
+
+    def fit(self, steps: int | None = None) -> float:
+        """Adam steps on the recency-weighted binomial likelihood of the buffer; last loss."""
+        a, steps = self.args, self.args.fit_steps if steps is None else steps
+        if not self.s or steps == 0:
+            return float("nan")
+        x = torch.from_numpy(np.stack(self.x))
+        s, n = torch.tensor(self.s), torch.tensor(self.n)
+        w = a.recency ** (self.policy_version - 1 - torch.tensor(self.ver, dtype=torch.float64))
+        self.net.train()
+        for _ in range(steps):
+            idx = torch.multinomial(
+                w, min(a.batch_size, len(w)), replacement=True, generator=self.gen
+            )
+            loss = binomial_nll(self.net(x[idx]), s[idx].float(), n[idx].float())
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+        self.version += 1
+        self._int8 = quantize_int8(self.net) if a.int8_scoring else None
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def predict(self, prompts: list[Prompt]) -> np.ndarray:
+        """Predicted pass rate (N,) in (0, 1) for any prompts, seen or not."""
+        if not prompts:
+            return np.zeros(0)
+        net = self._int8 if self._int8 is not None else self.net.eval()
+        return torch.sigmoid(net(torch.from_numpy(self.features(prompts)))).numpy().astype(float)
+
+    def state_dict(self) -> dict:
+        return {
+            "net": self.net.state_dict(),
+            "opt": self.opt.state_dict(),
+            "gen": self.gen.get_state(),
+            "counts": copy.deepcopy(self.counts),
+            "x": list(self.x),
+            "s": list(self.s),
+            "n": list(self.n),
+            "ver": list(self.ver),
+            "policy_version": self.policy_version,
+            "version": self.version,
+            "neighbours": self.neighbours.state_dict()
+            if hasattr(self.neighbours, "state_dict")
+            else None,
+        }
+
+    def load_state_dict(self, st: dict) -> None:
+        self.net.load_state_dict(st["net"])
+        self.opt.load_state_dict(st["opt"])
+        self.gen.set_state(st["gen"])
+        self.counts = copy.deepcopy(st["counts"])
+        self.x, self.s, self.n, self.ver = (
+            list(st["x"]),
+            list(st["s"]),
+            list(st["n"]),
+            list(st["ver"]),
+        )
+        self.policy_version, self.version = st["policy_version"], st["version"]
+        if st["neighbours"] is not None:
+            self.neighbours.load_state_dict(st["neighbours"])
+        self._int8 = quantize_int8(self.net) if self.args.int8_scoring else None
