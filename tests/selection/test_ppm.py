@@ -57,8 +57,11 @@ def _latent_world(n: int = 600, d: int = 8, seed: int = 0):
 def _fit_online(ppm, prompts, p, rng, repeats=2, chunk=40, group=8):
     for _ in range(repeats):
         for i in range(0, len(prompts), chunk):
-            ppm.observe(prompts[i : i + chunk], rng.binomial(group, p[i : i + chunk]),
-                        [group] * len(prompts[i : i + chunk]))  # fmt: skip
+            ppm.observe(
+                prompts[i : i + chunk],
+                rng.binomial(group, p[i : i + chunk]),
+                [group] * len(prompts[i : i + chunk]),
+            )
             ppm.fit(15)
     ppm.fit(100)
 

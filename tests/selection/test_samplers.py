@@ -34,8 +34,15 @@ from tests.selection.helpers import bernoulli_rewards, synthetic_pool
 
 def test_mopps_posterior_update_hand_computed():
     # alpha = 0.5*3 + 0.5*1 + 2 = 4.0 ; beta = 0.5*2 + 0.5*1 + 1 = 2.5
-    a, b = beta_decay_update(np.array([3.0]), np.array([2.0]), np.array([2.0]), np.array([1.0]),
-                             decay=0.5, alpha0=1.0, beta0=1.0)  # fmt: skip
+    a, b = beta_decay_update(
+        np.array([3.0]),
+        np.array([2.0]),
+        np.array([2.0]),
+        np.array([1.0]),
+        decay=0.5,
+        alpha0=1.0,
+        beta0=1.0,
+    )
     assert a[0] == pytest.approx(4.0) and b[0] == pytest.approx(2.5)
     pool = synthetic_pool(3)
     s = MoppsSampler(pool, 0, MoppsArgs(alpha0=1.0, beta0=1.0, decay=0.5))
@@ -147,8 +154,9 @@ def test_duplicate_sampler_name_is_an_error():
 def _make(name: str, pool):
     if name == "ppm":  # a small PPM keeps the test fast
         ppm = PromptPredictiveModel(PPMArgs(hidden=32, fit_steps=3, batch_size=32, seed=0))
-        return make_selection_sampler(name, pool, 3, args=PredictiveArgs(candidate_pool=16),
-                                      ppm=ppm)  # fmt: skip
+        return make_selection_sampler(
+            name, pool, 3, args=PredictiveArgs(candidate_pool=16), ppm=ppm
+        )
     return make_selection_sampler(name, pool, 3)
 
 

@@ -1,0 +1,115 @@
+"""The PPM-predictive sampler: diversity over clusters, the minimum uniform share, thresholds,
+and an end-to-end check that a learned PPM cuts zero-variance groups against uniform."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlstream.trainers.selection import (
+    PPMArgs,
+    PredictiveArgs,
+    PredictiveSampler,
+    PromptPredictiveModel,
+    UniformSelection,
+    mmr_select,
+)
+from rlstream.trainers.selection.features import HiddenStateFeaturizer
+from rlstream.trainers.selection.predictive import informativeness
+from tests.selection.helpers import (
+    FixedPredictor,
+    bernoulli_rewards,
+    clustered_embeddings,
+    synthetic_pool,
+)
+
+# a prior worth 10^4 rollouts makes Thompson samples ~ the prediction: isolates the greedy part
+CONFIDENT = dict(prior_strength=1e4, ppm_threshold=0.0, uniform_share=0.0, candidate_pool=200)
+
+
+def _clustered(n_clusters=5, per=40, best_rate=0.5, other_rate=0.35):
+    emb, labels = clustered_embeddings(n_clusters, per)
+    pool = synthetic_pool(len(labels))
+    rates = {
+        p.prompt_id: best_rate if c == 0 else other_rate for p, c in zip(pool, labels, strict=True)
+    }
+    return pool, emb, labels, FixedPredictor(rates)
+
+
+@pytest.mark.parametrize("weight, min_clusters, max_clusters", [(0.3, 4, 5), (0.0, 1, 1)])
+def test_diversity_spreads_picks_over_clusters(weight, min_clusters, max_clusters):
+    # cluster 0 predicted at 0.5 (v = 1.0), the others at 0.35 (v = 0.91): without the diversity
+    # term every pick comes from cluster 0; with the default 0.3 the 10 picks cover >= 4 of 5
+    pool, emb, labels, ppm = _clustered()
+    s = PredictiveSampler(pool, 0, PredictiveArgs(diversity_weight=weight, **CONFIDENT), ppm, emb)
+    row = {p.prompt_id: i for i, p in enumerate(pool)}
+    for step in range(5):
+        picked = {labels[row[p.prompt_id]] for p in s.select(step, 10)}
+        assert min_clusters <= len(picked) <= max_clusters
+
+
+def test_mmr_select_prefers_eligible_then_fills():
+    value = np.array([0.9, 0.1, 0.8, 0.2])
+    emb = np.eye(4)
+    picks, elig = mmr_select(value, emb, 3, 0.3, eligible=value >= 0.5)
+    assert picks[:2] == [0, 2] and elig == [True, True, False]
+    assert informativeness(np.array([0.23])) == pytest.approx(0.7084)  # ppm_threshold 0.7 edge
+
+
+def test_minimum_uniform_share_keeps_a_collapsed_region_alive():
+    # region = 100 of 500 prompts whose estimate collapsed to 0.0; uniform_share 0.1 and B = 20
+    # -> expected share of picks from the region 0.1 * 100/500 = 0.02 (measured 0.0205);
+    # without the floor the region starves (measured 1 pick in 4000)
+    pool = synthetic_pool(500)
+    rates = {p.prompt_id: 0.0 if i < 100 else 0.5 for i, p in enumerate(pool)}
+    emb = np.random.default_rng(0).standard_normal((500, 8))
+    shares = {}
+    for share in (0.1, 0.0):
+        args = PredictiveArgs(uniform_share=share, candidate_pool=128)
+        s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
+        picks = [int(p.answer) for step in range(200) for p in s.select(step, 20)]
+        shares[share] = np.mean(np.array(picks) < 100)
+        uni = [r for r in s.last_records if r.reason == "uniform_share"]
+        assert all(r.selected for r in uni)
+    assert shares[0.1] >= 0.01 and shares[0.0] <= 0.002
+
+
+def test_ppm_threshold_prefers_informative_candidates():
+    pool = synthetic_pool(100)
+    rates = {p.prompt_id: 0.5 if i % 2 else 0.02 for i, p in enumerate(pool)}
+    emb = np.random.default_rng(0).standard_normal((100, 8))
+    args = PredictiveArgs(uniform_share=0.0, candidate_pool=100, diversity_weight=0.3)
+    s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
+    sel = s.select_scored(0, 20)
+    assert all(int(p.answer) % 2 == 1 for p in sel.prompts)
+    assert {r.reason for r in sel.records if r.selected} == {"informative"}
+    assert all(r.ppm_version == 1 and r.uncertainty is not None for r in sel.records)
+
+
+def test_learned_ppm_cuts_zero_variance_groups_vs_uniform():
+    """Late-training-like pool: 45% solved, 35% out of reach, 20% informative (hidden states)."""
+    rng = np.random.default_rng(0)
+    n, d = 800, 6
+    pool = synthetic_pool(n)
+    kind = rng.choice(3, size=n, p=[0.45, 0.35, 0.20])
+    true_p = np.array([0.99, 0.01, 0.5])[kind]
+    z = (np.eye(d)[kind] + 0.3 * rng.standard_normal((n, d))).astype(np.float32)
+    row = {p.prompt_id: i for i, p in enumerate(pool)}
+    feat = HiddenStateFeaturizer(lambda ps: z[[row[p.prompt_id] for p in ps]], d)
+    ppm = PromptPredictiveModel(PPMArgs(hidden=64, batch_size=128, seed=0), featurizer=feat)
+    samplers = {
+        "uniform": UniformSelection(pool, 0),
+        "ppm": PredictiveSampler(pool, 0, PredictiveArgs(fit_steps=10), ppm),
+    }
+    zero = {}
+    for name, s in samplers.items():
+        flags = []
+        for step in range(25):
+            prompts = s.select(step, 16)
+            rewards = bernoulli_rewards([true_p[row[p.prompt_id]] for p in prompts], 8, rng)
+            s.update(prompts, rewards)
+            flags += [max(r) == min(r) for r in rewards] if step >= 5 else []
+        zero[name] = np.mean(flags)
+    # uniform wastes ~0.7 of its groups here (measured 0.69 vs 0.25 for the PPM sampler);
+    # the floor of issue 4: the PPM sampler wastes at most 0.6 of uniform's share
+    assert zero["uniform"] >= 0.6 and zero["ppm"] <= 0.6 * zero["uniform"], zero
