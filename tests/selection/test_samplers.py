@@ -194,3 +194,18 @@ def test_selection_records_build_a_prompt_scores_batch(name):
     batch = records_to_batch(recs, run_id="t", policy_version=3)
     assert batch.schema == get("prompt_scores").schema and batch.num_rows == len(recs)
     assert set(batch.column("sampler").to_pylist()) == {name}
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: MoppsArgs(decay=1.5), "decay is a weight"),
+        (lambda: DapoArgs(max_rounds=0), "at least one generation round"),
+        (lambda: PredictiveArgs(ppm_threshold=2.0), "4p\\(1-p\\)"),
+        (lambda: PredictiveArgs(fit_every=0), "fit_every"),
+        (lambda: PPMArgs(featurizers=()), "at least one featurizer"),
+    ],
+)
+def test_args_reject_bad_settings_and_say_why(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()

@@ -94,7 +94,9 @@ class PredictiveArgs:
     decay: float = 0.9
     """per-update decay of a prompt's own outcome counts (the policy moves on)"""
     fit_steps: int = 20
-    """PPM gradient steps after each update"""
+    """PPM gradient steps per fit"""
+    fit_every: int = 1
+    """fit the PPM after every fit_every-th update (the fit dominates this sampler's overhead)"""
 
     def __post_init__(self):
         if not 0 <= self.ppm_threshold <= 1:
@@ -103,6 +105,8 @@ class PredictiveArgs:
             raise ValueError("diversity_weight and uniform_share are weights in [0, 1]")
         if self.prior_strength <= 0:
             raise ValueError("prior_strength must be > 0 (a Beta prior needs positive mass)")
+        if self.fit_every < 1:
+            raise ValueError(f"fit_every counts updates and must be >= 1, got {self.fit_every}")
         if self.candidate_pool < 1 or not 0 <= self.decay <= 1:
             raise ValueError("candidate_pool must be >= 1 and decay in [0, 1]")
 
@@ -202,7 +206,8 @@ class PredictiveSampler(PoolSampler):
             self.own_s[i] += o.successes
             self.own_f[i] += o.attempts - o.successes
         self.ppm.observe(prompts, [o.successes for o in outcomes], [o.attempts for o in outcomes])
-        self.ppm.fit(self.args.fit_steps)
+        if self.stats.version % self.args.fit_every == 0:
+            self.ppm.fit(self.args.fit_steps)
 
     def extra_state(self) -> dict:
         return {
