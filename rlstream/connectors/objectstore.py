@@ -155,11 +155,9 @@ class PrefixStore:
         self.store.delete(self.prefix + name)
 
 
-def experience_object(run_id: str, policy_version: int, first_offset: int, partition: int) -> str:
-    """The archive name of an experience batch: idempotent, derived from its position."""
-    return (
-        f"{run_id}/experience/policy={policy_version}/part-{partition}-{first_offset:012d}.parquet"
-    )
+def experience_object(run_id: str, policy_version: int, request_id: str) -> str:
+    """The archive name of one experience group: idempotent, derived from its request id."""
+    return f"{run_id}/experience/policy={policy_version}/group-{request_id}.parquet"
 
 
 def checkpoint_prefix(run_id: str) -> str:

@@ -42,6 +42,7 @@ def rollout_batch(rows: int = 64, completion_tokens: int = 48, seed: int = 0) ->
                 "sample_idx": i,
                 "group_size": rows,
                 "task": "add",
+                "prompt_text": "012+034=",
                 "answer": "12345",
                 "prompt_tokens": rng.integers(0, 64, 16).tolist(),
                 "completion": "".join(rng.choice(list("0123456789+-="), n)),

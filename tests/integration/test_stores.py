@@ -18,8 +18,8 @@ def test_parquet_and_bytes_round_trip_through_s3(endpoints):
     store = ObjectStore(endpoints)
     run_id = f"store-{time.time_ns()}"
     table = pa.table({"prompt_id": ["a", "b"], "reward": [1.0, 0.0]})
-    name = experience_object(run_id, policy_version=3, first_offset=17, partition=1)
-    assert name == f"{run_id}/experience/policy=3/part-1-000000000017.parquet"
+    name = experience_object(run_id, policy_version=3, request_id="req-17")
+    assert name == f"{run_id}/experience/policy=3/group-req-17.parquet"
     uri = store.put_parquet(name, table)
     assert uri == f"s3://{endpoints.s3_bucket}/{name}"
     store.put_parquet(name, table)  # idempotent name: a rewrite, not a duplicate

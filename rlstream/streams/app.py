@@ -1,0 +1,110 @@
+"""faust-streaming apps configured for the Tansu broker, and the glue every agent shares.
+
+INFRA.md: faust runs on Tansu with topics pre-created, a short session timeout, one record per
+producer batch (correct offsets for table recovery) and at-least-once processing (the broker has
+no transactions). Message values stay raw bytes: the Arrow codec, not faust, owns the format.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import faust
+import pyarrow as pa
+
+from rlstream.connectors.deadletter import dead_letter_batch
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.kafka import split_by_partition
+from rlstream.ops import metrics
+from rlstream.schemas import Decoded, DecodeError, EventType, decode, encode, get
+
+log = logging.getLogger(__name__)
+
+
+def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
+    """A faust app whose consumer group is `app_id`."""
+    session_s = endpoints.session_timeout_ms / 1000
+    settings = dict(
+        broker=f"kafka://{endpoints.kafka_bootstrap}",
+        store="memory://",  # tables recover from their changelog topics
+        processing_guarantee="at_least_once",
+        producer_max_batch_size=1,
+        producer_acks=1,
+        broker_session_timeout=session_s,
+        broker_heartbeat_interval=max(0.5, session_s / 6),
+        broker_commit_every=1,  # commit as soon as an event is acked: small redelivery window
+        consumer_auto_offset_reset="earliest",
+        topic_disable_leader=True,
+        topic_replication_factor=1,
+        topic_partitions=4,
+        table_standby_replicas=0,
+        web_enabled=False,
+    )
+    settings.update(overrides)
+    return faust.App(app_id, **settings)
+
+
+def raw_topic(app: faust.App, *names: str) -> faust.TopicT:
+    return app.topic(*names, key_serializer="raw", value_serializer="raw")
+
+
+def header_list(headers) -> list[tuple[str, bytes]]:
+    if headers is None:
+        return []
+    if isinstance(headers, Mapping):
+        return list(headers.items())
+    return list(headers)
+
+
+class Glue:
+    """Decoding with dead-lettering, and emitting event batches, inside one faust app."""
+
+    def __init__(self, app: faust.App, consumer_name: str):
+        self.app = app
+        self.consumer_name = consumer_name
+        self.dead_letters = 0
+        self._topics: dict[str, faust.TopicT] = {}
+
+    def topic(self, name: str) -> faust.TopicT:
+        if name not in self._topics:
+            self._topics[name] = raw_topic(self.app, name)
+        return self._topics[name]
+
+    async def decode(self, event) -> Decoded | None:
+        """The decoded event, or None after sending it to the dead-letter topic."""
+        message = event.message
+        try:
+            return decode(event.value, header_list(event.headers))
+        except DecodeError as error:
+            record = _RecordView(message, event.key, event.value, header_list(event.headers))
+            batch = dead_letter_batch(record, error, consumer_name=self.consumer_name)
+            await self.emit(get("dead_letters"), batch)
+            self.dead_letters += 1
+            metrics.DEAD_LETTERS.labels(message.topic, error.kind).inc()
+            log.warning("dead-lettered %s[%d]@%d: %s", message.topic, message.partition,
+                        message.offset, error)  # fmt: skip
+            return None
+
+    async def emit(self, event: EventType, batch: pa.RecordBatch, topic: str | None = None):
+        """Send `batch` split by key partition and wait until the broker has it."""
+        target = self.topic(topic or event.topic)
+        for partition, part in split_by_partition(event, batch):
+            value, headers = encode(event, part)
+            key = str(part.column(event.key)[0].as_py()).encode()
+            future = await target.send(key=key, value=value, headers=headers, partition=partition)
+            await future
+            metrics.MESSAGES_PUBLISHED.labels(target.get_topic_name()).inc()
+            metrics.EVENTS_PUBLISHED.labels(target.get_topic_name()).inc(part.num_rows)
+
+
+class _RecordView:
+    """The fields of a faust message that a dead letter records."""
+
+    def __init__(self, message, key, value, headers):
+        self.topic = message.topic
+        self.partition = message.partition
+        self.offset = message.offset
+        self.key = key
+        self.value = value
+        self.headers = headers

@@ -1,0 +1,123 @@
+"""The stream processors: one faust agent per stream, each a thin loop around a pure function.
+
+    score_rollouts       rl.rollouts.v1                  -> rl.rewards.v1     (the verifier)
+    assemble_experience  rl.rollouts.v1 + rl.rewards.v1  -> rl.experience.v1  (+ Parquet archive)
+
+Every agent decodes through `Glue.decode` (bad messages go to the dead-letter topic and the loop
+goes on) and emits with `Glue.emit`, which waits for the broker before the event is acked, so an
+offset is committed only after the side effect. `PROCESSORS` maps names to attach functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import faust
+
+from rlstream.connectors.objectstore import ObjectStore, experience_object
+from rlstream.schemas import get, rows_to_batch
+from rlstream.streams.app import Glue, raw_topic
+from rlstream.trainers.experience import assemble_experience, complete_groups, score_rollouts
+
+ROLLOUTS, REWARDS, EXPERIENCE = get("rollouts"), get("rewards"), get("experience")
+
+
+@dataclass
+class ProcessorConfig:
+    """Where a processor reads and writes; the defaults are the live loop's topics."""
+
+    source: str | None = None
+    """Input topic (default: the processor's usual input)."""
+    sink: str | None = None
+    """Output topic (default: the processor's usual output); `reprocess` points it elsewhere."""
+    verifier: str = "verifier"
+    """Name recorded on rewards; a changed verifier gives new reward event ids."""
+    reward_fn: Callable | None = None
+    """Reward function (completions, **kwargs) -> list[float]; default: the task verifiers."""
+    store: ObjectStore | None = None
+    """Where assemble_experience archives experience groups (None: no archive)."""
+
+
+def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> None:
+    source = raw_topic(app, cfg.source or ROLLOUTS.topic)
+
+    @app.agent(source, name="score_rollouts")
+    async def score(stream):
+        async for event in stream.events():
+            decoded = await glue.decode(event)
+            if decoded is None:
+                continue
+            rows = score_rollouts(decoded.to_pylist(), cfg.reward_fn, cfg.verifier)
+            if rows:
+                await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
+
+
+def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> None:
+    """Join rollouts and rewards per request (both keyed by prompt_id, so co-partitioned).
+
+    Half-joined groups wait in a faust table backed by a changelog topic, so a restarted
+    assembler resumes them. A complete group is archived (idempotent object name) and then
+    published; both repeat harmlessly if the process dies before the offset is committed.
+    """
+    source = raw_topic(app, ROLLOUTS.topic, REWARDS.topic)
+    raw = faust.Schema(key_serializer="raw", value_serializer="raw")
+    pending = app.Table("pending_groups", default=None, partitions=ROLLOUTS.partitions, schema=raw)
+
+    @app.agent(source, name="assemble_experience")
+    async def assemble(stream):
+        async for event in stream.events():
+            decoded = await glue.decode(event)
+            if decoded is None:
+                continue
+            kind = decoded.event.name  # "rollouts" or "rewards"
+            for request_id, rows in _by_request(decoded.to_pylist()).items():
+                key = request_id.encode()
+                held = _load(pending.get(key))
+                held[kind] += rows
+                group = _complete(held)
+                if group is None:
+                    pending[key] = _dump(held)
+                    continue
+                batch = rows_to_batch(EXPERIENCE, group)
+                if cfg.store is not None:
+                    first = group[0]
+                    name = experience_object(first["run_id"], first["policy_version"], request_id)
+                    await asyncio.to_thread(cfg.store.put_parquet, name, batch)
+                await glue.emit(EXPERIENCE, batch, topic=cfg.sink)
+                del pending[key]
+
+
+def _by_request(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        row.pop("produced_at", None)  # outputs get their own production time
+        row.pop("event_id", None)
+        out[row["request_id"]].append(row)
+    return out
+
+
+def _complete(held: dict[str, list[dict]]) -> list[dict] | None:
+    """Experience rows once both sides of the group are complete, else None."""
+    rollouts, _ = complete_groups(held["rollouts"])
+    rewards, _ = complete_groups(held["rewards"])
+    for request_id in rollouts.keys() & rewards.keys():
+        return assemble_experience(rollouts[request_id], rewards[request_id])
+    return None
+
+
+def _load(value: bytes | None) -> dict[str, list[dict]]:
+    return json.loads(value) if value else {"rollouts": [], "rewards": []}
+
+
+def _dump(held: dict[str, list[dict]]) -> bytes:
+    return json.dumps(held).encode()
+
+
+PROCESSORS: dict[str, Callable[[faust.App, Glue, ProcessorConfig], None]] = {
+    "score_rollouts": attach_score_rollouts,
+    "assemble_experience": attach_assemble_experience,
+}

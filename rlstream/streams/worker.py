@@ -1,0 +1,54 @@
+"""Run stream processors as one faust worker process:
+
+    python -m rlstream.streams.worker score_rollouts assemble_experience --app-id ID
+
+The app id is the consumer group: workers started with the same id share the partitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import faust
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.objectstore import ObjectStore
+from rlstream.streams.app import Glue, make_app
+from rlstream.streams.processors import PROCESSORS, ProcessorConfig
+
+
+def build(app_id: str, names: list[str], cfg: ProcessorConfig, endpoints: Endpoints) -> faust.App:
+    unknown = [n for n in names if n not in PROCESSORS]
+    if unknown:
+        raise SystemExit(f"unknown processor(s) {unknown}; known: {sorted(PROCESSORS)}")
+    app = make_app(app_id, endpoints)
+    glue = Glue(app, consumer_name=app_id)
+    for name in names:
+        PROCESSORS[name](app, glue, cfg)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("processors", nargs="+", help=f"any of {sorted(PROCESSORS)}")
+    parser.add_argument("--app-id", required=True, help="faust app id = consumer group")
+    parser.add_argument("--source", help="read this topic instead of the processor's input")
+    parser.add_argument("--sink", help="write this topic instead of the processor's output")
+    parser.add_argument("--verifier", default="verifier", help="verifier name on rewards")
+    parser.add_argument("--no-archive", action="store_true", help="do not archive experience")
+    parser.add_argument("--loglevel", default="WARNING")
+    args = parser.parse_args(argv)
+    endpoints = Endpoints.from_env()
+    store = None if args.no_archive else ObjectStore(endpoints)
+    cfg = ProcessorConfig(args.source, args.sink, args.verifier, store=store)
+    app = build(args.app_id, args.processors, cfg, endpoints)
+    logging.basicConfig(level=args.loglevel)
+    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
+    sys.argv = sys.argv[:1]  # faust's Worker parses argv too
+    worker.execute_from_commandline()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Stream processors on the real broker and S3 server: rollouts -> rewards -> experience."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlstream.connectors.kafka import EventProducer
+from rlstream.connectors.objectstore import ObjectStore
+from rlstream.connectors.reading import ReadRange, read_topic
+from rlstream.schemas import decode, get, rows_to_batch
+from rlstream.trainers.envs import get_task
+
+pytestmark = pytest.mark.integration
+G = 4
+
+
+def _rollout_groups(run_id: str, n_groups: int) -> list[list[dict]]:
+    rng = random.Random(7)
+    groups = []
+    for g in range(n_groups):
+        prompt = get_task("add").generate(rng, 2)
+        correct = rng.randrange(G + 1)  # 0..G correct samples: some groups zero-variance
+        groups.append([
+            {"request_id": f"{run_id}-req{g}", "prompt_id": prompt.prompt_id, "sample_idx": i,
+             "group_size": G, "task": prompt.task, "prompt_text": prompt.text,
+             "difficulty": prompt.difficulty, "answer": prompt.answer,
+             "prompt_tokens": [1, 2, 3], "completion": prompt.answer if i < correct else "0000",
+             "completion_tokens": [4, 5], "logprobs": [-0.5, -0.25], "worker_id": "test"}
+            for i in range(G)
+        ])  # fmt: skip
+    return groups
+
+
+@pytest.fixture
+def processors(stack_home):
+    app_id = f"rlstream-test-{time.time_ns()}"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "rlstream.streams.worker", "score_rollouts", "assemble_experience",
+         "--app-id", app_id],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy(),
+    )  # fmt: skip
+    yield worker
+    worker.terminate()
+    try:
+        worker.wait(20)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+
+
+async def _rows(endpoints, event_name: str, run_id: str) -> list[dict]:
+    rows = []
+    async for record in read_topic(endpoints, get(event_name).topic, ReadRange()):
+        try:
+            batch = decode(record.value, record.headers).batch
+        except Exception:  # noqa: BLE001  (dead letters and garbage are not ours to count)
+            continue
+        rows += [r for r in batch.to_pylist() if r["run_id"] == run_id]
+    return rows
+
+
+def _wait_for(endpoints, event_name, run_id, count, worker, timeout_s=90.0) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = asyncio.run(_rows(endpoints, event_name, run_id))
+        if len(rows) >= count or time.monotonic() > deadline:
+            return rows
+        if worker.poll() is not None:
+            pytest.fail(f"processor worker exited:\n{worker.stdout.read()[-3000:]}")
+        time.sleep(1.0)
+
+
+def test_rollouts_become_rewards_and_archived_experience_exactly_once(endpoints, processors):
+    run_id = f"streams-{time.time_ns()}"
+    groups = _rollout_groups(run_id, 12)
+    rollouts = get("rollouts")
+
+    async def publish():
+        async with EventProducer(endpoints) as producer:
+            for k, group in enumerate(groups):
+                await producer.send(rollouts, rows_to_batch(rollouts, group, run_id=run_id,
+                                                            policy_version=3))  # fmt: skip
+                if k == 5:  # garbage in the middle of the stream
+                    await producer.raw.send_and_wait(rollouts.topic, b"garbage", partition=0,
+                        headers=[("event", b"rollouts"), ("schema_version", b"1")])  # fmt: skip
+            # A redelivered group (at-least-once): must not be trained or archived twice.
+            await producer.send(rollouts, rows_to_batch(rollouts, groups[0], run_id=run_id,
+                                                        policy_version=3))  # fmt: skip
+
+    asyncio.run(publish())
+    n = len(groups) * G
+    experience = _wait_for(endpoints, "experience", run_id, n, processors)
+    rewards = _wait_for(endpoints, "rewards", run_id, n, processors, timeout_s=10)
+
+    by_request: dict[str, list[dict]] = {}
+    for row in experience:
+        by_request.setdefault(row["request_id"], []).append(row)
+    assert set(by_request) == {g[0]["request_id"] for g in groups}
+    unique_ids = {r["event_id"] for r in experience}
+    assert len(unique_ids) == n  # each group once; a redelivery only repeats identical ids
+    for group in groups:
+        rows = {r["sample_idx"]: r for r in by_request[group[0]["request_id"]]}
+        assert sorted(rows) == list(range(G))
+        answer = group[0]["answer"]
+        for i, row in rows.items():
+            assert row["correct"] == (group[i]["completion"] == answer)
+            assert row["policy_version"] == 3 and row["completion_tokens"] == [4, 5]
+        advantages = [rows[i]["advantage"] for i in range(G)]
+        assert abs(sum(advantages)) < 1e-4
+        if len({rows[i]["reward"] for i in range(G)}) == 1:
+            assert advantages == [0.0] * G
+    assert {(r["request_id"], r["sample_idx"]) for r in rewards} == {
+        (g[0]["request_id"], i) for g in groups for i in range(G)}  # fmt: skip
+
+    store = ObjectStore(endpoints)
+    names = store.list(f"{run_id}/experience/")
+    assert len(names) == len(groups)
+    archived = store.read_parquet_prefix(f"{run_id}/experience/").column("event_id").to_pylist()
+    assert sorted(archived) == sorted(unique_ids)
+
+    letters = asyncio.run(_rows(endpoints, "dead_letters", "default"))
+    assert any(r["raw_value"] == b"garbage" and r["source_topic"] == rollouts.topic
+               for r in letters)  # fmt: skip
