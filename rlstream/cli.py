@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlstream.trainers import commands as trainer_commands
+from rlstream.trainers.selection import commands as selection_commands
 
 app = typer.Typer(
     name="rlstream",
@@ -459,6 +460,7 @@ def _stack_for_bench():
 
 
 trainer_commands.register(app, bench_app)
+selection_commands.register(bench_app)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
