@@ -92,21 +92,125 @@ def _root(
 
 @app.command()
 def run(
-    prompts: Path | None = typer.Option(
-        None, exists=True, dir_okay=False, help="Prompt file [default: the bundled sample]."
-    ),
-    out: Path = typer.Option(Path("runs"), help="Where the run's report and Parquet go."),
+    rl_steps: int = typer.Option(150, min=1, help="RL updates."),
+    tasks: str = typer.Option("add,sub", help="Task mix, e.g. add,sub or add:2,mul@1-2."),
+    sampler: str = typer.Option("uniform", help="Prompt sampler: uniform, greso, mopps, ppm."),
+    workers: int = typer.Option(2, min=1, max=8, help="Rollout worker processes."),
+    seed: int = typer.Option(0, help="Seed of splits, corpus, init and sampling."),
+    out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
     run_id: str = typer.Option("", help="Run id [default: from the time]."),
+    resume: str | None = typer.Option(None, help="Continue RUN_ID from its last checkpoint."),
+    data_only: bool = typer.Option(False, help="Only publish, read back and replay prompts."),
+    timeout_s: float = typer.Option(3600, help="Give up if the trainer is not done by then."),
+    overrides: list[str] = typer.Option([], "--set", help="Loop setting NAME=VALUE (LoopConfig)."),
     summary: Path | None = SummaryOpt,
 ) -> None:
-    """The main job on the embedded stack (started and stopped here) or RLSTREAM_* endpoints.
+    """The main job: the streaming RL loop on the embedded stack (started and stopped here) or
+    on RLSTREAM_* endpoints. Pre-trains, runs RL with rollout workers, evaluates, and writes a
+    report with plots locally and to the object store. Ctrl-C stops cleanly."""
+    from datetime import UTC, datetime
 
-    Today: publish the prompts, read them back live, replay them to Parquet, archive a report
-    in the object store. The streaming RL loop plugs in here as its processors land.
-    """
+    if data_only:
+        return _run_data_path(out, run_id, summary)
+    from rlstream.ops.loop import run_loop
+    from rlstream.streams.config import LoopConfig
+
+    if resume:
+        path = out / resume / "loop.json"
+        if not path.exists():
+            raise typer.BadParameter(f"no run {resume!r} under {out} (missing {path})")
+        cfg = LoopConfig.read(path)
+    else:
+        rid = run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S")
+        cfg = LoopConfig(
+            run_id=rid,
+            tasks=tasks,
+            seed=seed,
+            rl_steps=rl_steps,
+            sampler=sampler,
+            rollout_workers=workers,
+        )
+        cfg = _apply_overrides(cfg, overrides)
+    _check_sampler(cfg.sampler)
+    from rich.live import Live
+
+    with Live(console=console, refresh_per_second=2) as live:
+
+        def on_tick(view, sup, news) -> None:
+            for line in news:
+                console.print(f"[yellow]{line}[/]")
+            live.update(_run_table(cfg, view, sup))
+
+        figures = run_loop(cfg, out, on_tick=on_tick, timeout_s=timeout_s)
+    table = Table("figure", "value", title=f"run {cfg.run_id}")
+    for key, value in figures.items():
+        table.add_row(key, str(value))
+    console.print(table)
+    console.print(f"report: [bold]{figures['report']}[/]")
+    write_summary(summary, figures)
+    if not figures.get("completed"):
+        raise typer.Exit(1)
+
+
+def _apply_overrides(cfg, overrides: list[str]):
+    from dataclasses import fields, replace
+
+    types = {f.name: f.type for f in fields(cfg)}
+    changes = {}
+    for item in overrides:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in types:
+            raise typer.BadParameter(
+                f"--set {item!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(types))}"
+            )
+        kind = {"int": int, "float": float, "str": str}[str(types[name])]
+        try:
+            changes[name] = kind(raw)
+        except ValueError:
+            raise typer.BadParameter(f"--set {item!r}: {name} takes a {kind.__name__}") from None
+    return replace(cfg, **changes)
+
+
+def _check_sampler(name: str) -> None:
+    from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
+
+    if name == "dapo" or name not in SELECTION_SAMPLERS:
+        known = ", ".join(n for n in sorted(SELECTION_SAMPLERS) if n != "dapo")
+        raise typer.BadParameter(
+            f"--sampler {name!r}: use one of {known} (dapo needs "
+            "roll-out-then-filter, which the streaming loop does not do)"
+        )
+
+
+def _run_table(cfg, view, sup) -> Table:
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    table = Table(title=f"rlstream run {cfg.run_id}", show_header=False)
+    table.add_row("phase", view.phase)
+    table.add_row("RL step", f"{view.rl_step} / {cfg.rl_steps}")
+    table.add_row("held-out greedy / pass@1", f"{pct(view.accuracy)} / {pct(view.pass1)}")
+    table.add_row("batch reward", "-" if view.reward is None else f"{view.reward:.3f}")
+    table.add_row(
+        "policy lag (groups, recent)", "-" if view.policy_lag is None else f"{view.policy_lag:.2f}"
+    )
+    rates = ", ".join(f"{t.split('.')[1]} {r:.1f}" for t, r in sorted(view.rates.items()) if r)
+    table.add_row("messages/s", rates or "-")
+    table.add_row(
+        "processes",
+        ", ".join(
+            f"{c.name}{'*' * c.restarts}"
+            + ("" if c.proc and c.proc.poll() is None else " (exited)")
+            for c in sup.children
+        ),
+    )
+    return table
+
+
+def _run_data_path(out: Path, run_id: str, summary: Path | None) -> None:
     from rlstream.ops.run import RunArgs, run_data_path, sample_prompts
 
-    args = RunArgs(prompts=prompts or sample_prompts(), out=out, run_id=run_id)
+    args = RunArgs(prompts=sample_prompts(), out=out, run_id=run_id)
 
     def show(rows: list[dict]) -> None:
         table = Table("prompt_id", "task", "text", "answer", title="read back from rl.prompts.v1")

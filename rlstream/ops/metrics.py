@@ -24,7 +24,6 @@ DEAD_LETTERS = Counter(
 )
 
 
-
 def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Expose the default registry on http://addr:port/metrics."""
     start_http_server(port, addr=addr, registry=REGISTRY)

@@ -157,7 +157,8 @@ POLICY_VERSIONS = register(
         req("version", I64),
         req("checkpoint_uri", STR),
         req("step", I64),
-        req("phase", STR),  # pretrain / rl
+        req("phase", STR),  # pretrain / rl / done
+        opt("groups_consumed", I64),  # experience groups the trainer has taken (demand signal)
     ],
     key="run_id",
     partitions=1,

@@ -82,8 +82,13 @@ class Glue:
             await self.emit(get("dead_letters"), batch)
             self.dead_letters += 1
             metrics.DEAD_LETTERS.labels(message.topic, error.kind).inc()
-            log.warning("dead-lettered %s[%d]@%d: %s", message.topic, message.partition,
-                        message.offset, error)  # fmt: skip
+            log.warning(
+                "dead-lettered %s[%d]@%d: %s",
+                message.topic,
+                message.partition,
+                message.offset,
+                error,
+            )
             return None
 
     async def emit(self, event: EventType, batch: pa.RecordBatch, topic: str | None = None):

@@ -19,9 +19,12 @@ RLSTREAM = [sys.executable, "-m", "rlstream.cli"]
 def cli(*args: str, env: dict | None = None, timeout: float = 120, check: bool = True):
     """Run `rlstream ARGS` in a subprocess; return the CompletedProcess."""
     result = subprocess.run(
-        [*RLSTREAM, *args], capture_output=True, text=True, timeout=timeout,
+        [*RLSTREAM, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"rlstream {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result

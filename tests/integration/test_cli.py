@@ -21,8 +21,9 @@ def test_bad_where_and_bad_time_are_one_line_errors(stack_home):
     result = cli("tail", "prompts", "--where", "no_such_column > 1", check=False)
     assert result.returncode == 2 and "--where" in result.stderr
     assert "Traceback" not in result.stderr
-    result = cli("replay", "prompts", "--out", "/tmp/x.parquet", "--since", "yesterday",
-                 check=False)  # fmt: skip
+    result = cli(
+        "replay", "prompts", "--out", "/tmp/x.parquet", "--since", "yesterday", check=False
+    )
     assert result.returncode == 2 and "cannot read time 'yesterday'" in result.stderr
 
 
@@ -43,8 +44,9 @@ def test_unreachable_broker_is_a_one_line_error(tmp_path):
 
 def test_bench_broker_prints_its_table_and_summary(stack_home, tmp_path):
     summary = tmp_path / "bench.json"
-    result = cli("bench", "broker", "--repeats", "2", "--messages", "100", "--summary",
-                 str(summary))  # fmt: skip
+    result = cli(
+        "bench", "broker", "--repeats", "2", "--messages", "100", "--summary", str(summary)
+    )
     assert "codec+broker" in result.stdout and "raw bytes" in result.stdout
     figures = json.loads(summary.read_text())
     assert figures["codec_broker_rows_per_s"] > 0 and figures["raw_bytes_rows_per_s"] > 0
@@ -53,8 +55,16 @@ def test_bench_broker_prints_its_table_and_summary(stack_home, tmp_path):
 
 def test_run_publishes_reads_back_replays_and_archives(stack_home, tmp_path):
     summary = tmp_path / "run.json"
-    result = cli("run", "--out", str(tmp_path / "runs"), "--run-id", "it-run", "--summary",
-                 str(summary))  # fmt: skip
+    result = cli(
+        "run",
+        "--data-only",
+        "--out",
+        str(tmp_path / "runs"),
+        "--run-id",
+        "it-run",
+        "--summary",
+        str(summary),
+    )
     figures = json.loads(summary.read_text())
     assert figures["prompts_published"] == 240 == figures["read_back"]
     assert figures["replayed_rows"] >= 240 and figures["bad_rows"] == 0
@@ -78,8 +88,10 @@ def test_tail_and_replay_show_an_undecodable_message_with_its_reason(stack_home,
 
     async def produce() -> int:
         async with EventProducer(Endpoints.from_env()) as producer:
-            await producer.send(corpus, rows_to_batch(corpus, [
-                {"doc_id": "before", "text": "1+1=2", "source": "test"}]))  # fmt: skip
+            await producer.send(
+                corpus,
+                rows_to_batch(corpus, [{"doc_id": "before", "text": "1+1=2", "source": "test"}]),
+            )
             meta = await (
                 await producer.raw.send(
                     corpus.topic,
@@ -88,8 +100,10 @@ def test_tail_and_replay_show_an_undecodable_message_with_its_reason(stack_home,
                     headers=[("event", b"corpus"), ("schema_version", b"1")],
                 )
             )
-            await producer.send(corpus, rows_to_batch(corpus, [
-                {"doc_id": "after", "text": "2+2=4", "source": "test"}]))  # fmt: skip
+            await producer.send(
+                corpus,
+                rows_to_batch(corpus, [{"doc_id": "after", "text": "2+2=4", "source": "test"}]),
+            )
             return meta.offset
 
     offset = asyncio.run(produce())

@@ -18,9 +18,19 @@ REWARDS = get("rewards")
 
 
 def _reward_rows(run_id: str, n: int) -> list[dict]:
-    return [{"request_id": f"{run_id}-r{i}", "prompt_id": f"{run_id}-p{i}", "sample_idx": 0,
-             "group_size": 1, "task": "add", "reward": 1.0, "correct": True,
-             "verifier": "exact"} for i in range(n)]  # fmt: skip
+    return [
+        {
+            "request_id": f"{run_id}-r{i}",
+            "prompt_id": f"{run_id}-p{i}",
+            "sample_idx": 0,
+            "group_size": 1,
+            "task": "add",
+            "reward": 1.0,
+            "correct": True,
+            "verifier": "exact",
+        }
+        for i in range(n)
+    ]
 
 
 async def _publish_one_per_message(endpoints, run_id: str, n: int) -> set[str]:
@@ -64,7 +74,8 @@ def test_two_consumers_in_one_group_split_the_partitions(endpoints):
                     break
             ids = await _publish_one_per_message(endpoints, run_id, 40)
             got_a, got_b = await asyncio.gather(
-                _consume(a, run_id, 1, 10), _consume(b, run_id, 1, 10))  # fmt: skip
+                _consume(a, run_id, 1, 10), _consume(b, run_id, 1, 10)
+            )
             rest = await asyncio.gather(_consume(a, run_id, 40, 3), _consume(b, run_id, 40, 3))
             return a.assignment(), b.assignment(), got_a + rest[0], got_b + rest[1], ids
         finally:
@@ -123,10 +134,15 @@ def test_garbage_in_the_middle_is_dead_lettered_and_the_rest_processed(endpoints
             # All on one partition, so "the middle" is well defined.
             rows = [{**r, "prompt_id": f"{run_id}-same"} for r in rows]
             await producer.send(REWARDS, rows_to_batch(REWARDS, [rows[0]], run_id=run_id))
-            meta = await (await producer.raw.send(
-                REWARDS.topic, b"\x00garbage bytes", key=b"x",
-                partition=(await _partition_of(producer, rows[0])),
-                headers=[("event", b"rewards"), ("schema_version", b"1")]))  # fmt: skip
+            meta = await (
+                await producer.raw.send(
+                    REWARDS.topic,
+                    b"\x00garbage bytes",
+                    key=b"x",
+                    partition=(await _partition_of(producer, rows[0])),
+                    headers=[("event", b"rewards"), ("schema_version", b"1")],
+                )
+            )
             for row in rows[1:]:
                 await producer.send(REWARDS, rows_to_batch(REWARDS, [row], run_id=run_id))
             c = consumer(endpoints, REWARDS.topic, group_id=group)
@@ -150,8 +166,7 @@ def test_garbage_in_the_middle_is_dead_lettered_and_the_rest_processed(endpoints
     async def find_dead_letter():
         async for record in read_topic(endpoints, get("dead_letters").topic, ReadRange()):
             for row in decode(record.value, record.headers).to_pylist():
-                if (row["source_partition"], row["source_offset"]) == (meta.partition,
-                                                                       meta.offset):  # fmt: skip
+                if (row["source_partition"], row["source_offset"]) == (meta.partition, meta.offset):
                     return row
         return None
 

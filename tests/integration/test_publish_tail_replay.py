@@ -25,9 +25,16 @@ def _prompt_rows(n: int, run: str) -> list[dict]:
     rows = []
     for i in range(n):
         a, b = rng.randrange(1000), rng.randrange(1000)
-        rows.append({"prompt_id": f"{run}-{i}", "text": f"{a:03d}+{b:03d}=", "task": "add",
-                     "difficulty": len(str(max(a, b))), "answer": str(a + b),
-                     "split": rng.choice(["train", "heldout"])})  # fmt: skip
+        rows.append(
+            {
+                "prompt_id": f"{run}-{i}",
+                "text": f"{a:03d}+{b:03d}=",
+                "task": "add",
+                "difficulty": len(str(max(a, b))),
+                "answer": str(a + b),
+                "split": rng.choice(["train", "heldout"]),
+            }
+        )
     return rows
 
 
@@ -61,9 +68,15 @@ def test_publish_reports_bad_rows_and_still_publishes_good_ones(stack_home, tmp_
     good = _prompt_rows(3, run_id)
     source = tmp_path / "mixed.jsonl"
     source.write_text(
-        json.dumps(good[0]) + "\n{oops\n" + json.dumps({"text": "no task"}) + "\n"
-        + json.dumps(good[1]) + "\n" + json.dumps({**good[2], "difficulty": "hard"}) + "\n"
-    )  # fmt: skip
+        json.dumps(good[0])
+        + "\n{oops\n"
+        + json.dumps({"text": "no task"})
+        + "\n"
+        + json.dumps(good[1])
+        + "\n"
+        + json.dumps({**good[2], "difficulty": "hard"})
+        + "\n"
+    )
     result = cli("publish", str(source), "--run-id", run_id, "--summary", str(tmp_path / "s.json"))
     assert "line 2: not valid JSON" in result.stderr
     assert "line 3: missing required field 'task'" in result.stderr
@@ -72,7 +85,9 @@ def test_publish_reports_bad_rows_and_still_publishes_good_ones(stack_home, tmp_
     assert (figures["rows_published"], figures["bad_rows"]) == (2, 3)
     lines = cli("tail", "prompts", "--json", "--where", f"run_id = '{run_id}'").stdout
     assert sorted(json.loads(x)["prompt_id"] for x in lines.splitlines()) == [
-        good[0]["prompt_id"], good[1]["prompt_id"]]  # fmt: skip
+        good[0]["prompt_id"],
+        good[1]["prompt_id"],
+    ]
 
 
 @pytest.mark.timeout(90)
@@ -80,8 +95,11 @@ def test_tail_follow_shows_a_new_event_within_one_second(stack_home, tmp_path):
     run_id = f"follow-{time.time_ns()}"
     tail = subprocess.Popen(
         [*RLSTREAM, "tail", "prompts", "--follow", "--json", "--where", f"run_id = '{run_id}'"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in tail.stdout], daemon=True).start()
     try:
@@ -140,8 +158,16 @@ def test_replay_of_a_time_range_equals_what_was_produced_in_it(stack_home, tmp_p
     time.sleep(0.05)
     marks.append(int(time.time() * 1000))
     out = tmp_path / "range.parquet"
-    cli("replay", "prompts", "--since", str(marks[1]), "--until", str(marks[2] - 1), "--out",
-        str(out))  # fmt: skip
+    cli(
+        "replay",
+        "prompts",
+        "--since",
+        str(marks[1]),
+        "--until",
+        str(marks[2] - 1),
+        "--out",
+        str(out),
+    )
     got = sorted(r["prompt_id"] for r in pq.read_table(out).to_pylist())
     assert got == sorted(r["prompt_id"] for r in batches[1])
 
@@ -190,7 +216,13 @@ def test_topics_reports_consumer_group_lag(stack_home, tmp_path):
     rows = [{"doc_id": f"lag-{i}", "text": "x", "source": "test"} for i in range(6)]
     cli("publish", str(_write_jsonl(tmp_path / "seed.jsonl", rows[:1])), "--topic", "corpus")
     asyncio.run(commit_at_end())
-    cli("publish", str(_write_jsonl(tmp_path / "more.jsonl", rows[1:])), "--topic", "corpus",
-        "--batch-rows", "1")  # fmt: skip
+    cli(
+        "publish",
+        str(_write_jsonl(tmp_path / "more.jsonl", rows[1:])),
+        "--topic",
+        "corpus",
+        "--batch-rows",
+        "1",
+    )
     infos = {i["topic"]: i for i in json.loads(cli("topics", "--json").stdout)}
     assert infos[corpus.topic]["lag"][group] == 5

@@ -46,8 +46,11 @@ def test_qdrant_local_mode_upsert_and_search(endpoints, tmp_path):
 
     store = VectorStore.open(replace(endpoints, qdrant_path=str(tmp_path / "q")), "prompts", 3)
     try:
-        store.upsert([1, 2, 3], [[1, 0, 0], [0, 1, 0], [0.9, 0.1, 0]],
-                     [{"task": "add"}, {"task": "mul"}, {"task": "add"}])  # fmt: skip
+        store.upsert(
+            [1, 2, 3],
+            [[1, 0, 0], [0, 1, 0], [0.9, 0.1, 0]],
+            [{"task": "add"}, {"task": "mul"}, {"task": "add"}],
+        )
         assert store.count() == 3
         hits = store.search([1, 0, 0], limit=2)
         assert [h.id for h in hits] == [1, 3] and hits[0].payload == {"task": "add"}

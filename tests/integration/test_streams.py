@@ -27,14 +27,26 @@ def _rollout_groups(run_id: str, n_groups: int) -> list[list[dict]]:
     for g in range(n_groups):
         prompt = get_task("add").generate(rng, 2)
         correct = rng.randrange(G + 1)  # 0..G correct samples: some groups zero-variance
-        groups.append([
-            {"request_id": f"{run_id}-req{g}", "prompt_id": prompt.prompt_id, "sample_idx": i,
-             "group_size": G, "task": prompt.task, "prompt_text": prompt.text,
-             "difficulty": prompt.difficulty, "answer": prompt.answer,
-             "prompt_tokens": [1, 2, 3], "completion": prompt.answer if i < correct else "0000",
-             "completion_tokens": [4, 5], "logprobs": [-0.5, -0.25], "worker_id": "test"}
-            for i in range(G)
-        ])  # fmt: skip
+        groups.append(
+            [
+                {
+                    "request_id": f"{run_id}-req{g}",
+                    "prompt_id": prompt.prompt_id,
+                    "sample_idx": i,
+                    "group_size": G,
+                    "task": prompt.task,
+                    "prompt_text": prompt.text,
+                    "difficulty": prompt.difficulty,
+                    "answer": prompt.answer,
+                    "prompt_tokens": [1, 2, 3],
+                    "completion": prompt.answer if i < correct else "0000",
+                    "completion_tokens": [4, 5],
+                    "logprobs": [-0.5, -0.25],
+                    "worker_id": "test",
+                }
+                for i in range(G)
+            ]
+        )
     return groups
 
 
@@ -42,10 +54,20 @@ def _rollout_groups(run_id: str, n_groups: int) -> list[list[dict]]:
 def processors(stack_home):
     app_id = f"rlstream-test-{time.time_ns()}"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "rlstream.streams.worker", "score_rollouts", "assemble_experience",
-         "--app-id", app_id],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rlstream.streams.worker",
+            "score_rollouts",
+            "assemble_experience",
+            "--app-id",
+            app_id,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ.copy(),
+    )
     yield worker
     worker.terminate()
     try:
@@ -84,14 +106,20 @@ def test_rollouts_become_rewards_and_archived_experience_exactly_once(endpoints,
     async def publish():
         async with EventProducer(endpoints) as producer:
             for k, group in enumerate(groups):
-                await producer.send(rollouts, rows_to_batch(rollouts, group, run_id=run_id,
-                                                            policy_version=3))  # fmt: skip
+                await producer.send(
+                    rollouts, rows_to_batch(rollouts, group, run_id=run_id, policy_version=3)
+                )
                 if k == 5:  # garbage in the middle of the stream
-                    await producer.raw.send_and_wait(rollouts.topic, b"garbage", partition=0,
-                        headers=[("event", b"rollouts"), ("schema_version", b"1")])  # fmt: skip
+                    await producer.raw.send_and_wait(
+                        rollouts.topic,
+                        b"garbage",
+                        partition=0,
+                        headers=[("event", b"rollouts"), ("schema_version", b"1")],
+                    )
             # A redelivered group (at-least-once): must not be trained or archived twice.
-            await producer.send(rollouts, rows_to_batch(rollouts, groups[0], run_id=run_id,
-                                                        policy_version=3))  # fmt: skip
+            await producer.send(
+                rollouts, rows_to_batch(rollouts, groups[0], run_id=run_id, policy_version=3)
+            )
 
     asyncio.run(publish())
     n = len(groups) * G
@@ -116,7 +144,8 @@ def test_rollouts_become_rewards_and_archived_experience_exactly_once(endpoints,
         if len({rows[i]["reward"] for i in range(G)}) == 1:
             assert advantages == [0.0] * G
     assert {(r["request_id"], r["sample_idx"]) for r in rewards} == {
-        (g[0]["request_id"], i) for g in groups for i in range(G)}  # fmt: skip
+        (g[0]["request_id"], i) for g in groups for i in range(G)
+    }
 
     store = ObjectStore(endpoints)
     names = store.list(f"{run_id}/experience/")
@@ -125,5 +154,6 @@ def test_rollouts_become_rewards_and_archived_experience_exactly_once(endpoints,
     assert sorted(archived) == sorted(unique_ids)
 
     letters = asyncio.run(_rows(endpoints, "dead_letters", "default"))
-    assert any(r["raw_value"] == b"garbage" and r["source_topic"] == rollouts.topic
-               for r in letters)  # fmt: skip
+    assert any(
+        r["raw_value"] == b"garbage" and r["source_topic"] == rollouts.topic for r in letters
+    )

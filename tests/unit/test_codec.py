@@ -27,9 +27,17 @@ EVENTS = all_events()
 def test_every_topic_in_the_design_is_registered():
     names = {e.name for e in EVENTS}
     assert names == {
-        "prompts", "prompt_scores", "rollout_requests", "rollouts", "rewards", "experience",
-        "policy_versions", "eval_results", "corpus", "dead_letters",
-    }  # fmt: skip
+        "prompts",
+        "prompt_scores",
+        "rollout_requests",
+        "rollouts",
+        "rewards",
+        "experience",
+        "policy_versions",
+        "eval_results",
+        "corpus",
+        "dead_letters",
+    }
     for e in EVENTS:
         assert e.topic == f"rl.{e.name}.v{e.version}"
         assert e.schema.names[:4] == ["event_id", "run_id", "policy_version", "produced_at"]
@@ -85,8 +93,9 @@ def test_schema_mismatch_is_rejected_with_the_difference():
         decode(value, [("event", b"rewards"), ("schema_version", b"1")])
     event = get("eval_results")
     batch = sample_batch(event)
-    wrong = batch.set_column(batch.schema.get_field_index("value"), "value",
-                             pa.array(["x"] * batch.num_rows))  # fmt: skip
+    wrong = batch.set_column(
+        batch.schema.get_field_index("value"), "value", pa.array(["x"] * batch.num_rows)
+    )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, wrong.schema) as w:
         w.write_batch(wrong)
@@ -118,8 +127,17 @@ def test_oversize_is_rejected_before_parsing():
 
 
 def test_each_error_kind_is_distinct():
-    kinds = [c.kind for c in (NotArrow, UnknownEvent, UnknownVersion, SchemaMismatch,
-                              MissingRequiredValues, OversizeMessage)]  # fmt: skip
+    kinds = [
+        c.kind
+        for c in (
+            NotArrow,
+            UnknownEvent,
+            UnknownVersion,
+            SchemaMismatch,
+            MissingRequiredValues,
+            OversizeMessage,
+        )
+    ]
     assert len(set(kinds)) == len(kinds)
 
 

@@ -21,8 +21,12 @@ from tests.unit.samples import sample_batch
 
 def test_endpoints_env_overrides_state_file(tmp_path):
     Endpoints(kafka_bootstrap="127.0.0.1:1111", s3_bucket="from-file").write(tmp_path)
-    env = {"RLSTREAM_HOME": str(tmp_path), "RLSTREAM_KAFKA_BOOTSTRAP": "10.0.0.1:9092",
-           "RLSTREAM_S3_SECURE": "true", "RLSTREAM_SESSION_TIMEOUT_MS": "6000"}  # fmt: skip
+    env = {
+        "RLSTREAM_HOME": str(tmp_path),
+        "RLSTREAM_KAFKA_BOOTSTRAP": "10.0.0.1:9092",
+        "RLSTREAM_S3_SECURE": "true",
+        "RLSTREAM_SESSION_TIMEOUT_MS": "6000",
+    }
     monkey = pytest.MonkeyPatch()
     monkey.setenv("RLSTREAM_HOME", str(tmp_path))
     try:
@@ -62,7 +66,11 @@ def test_read_rows_reports_locations(tmp_path):
     jsonl.write_text('{"a": 1}\n\nnot json\n[1]\n{"a": 2}\n')
     rows = list(read_rows(jsonl))
     assert [(r.where, r.error is None) for r in rows] == [
-        ("line 1", True), ("line 3", False), ("line 4", False), ("line 5", True)]  # fmt: skip
+        ("line 1", True),
+        ("line 3", False),
+        ("line 4", False),
+        ("line 5", True),
+    ]
     csv = tmp_path / "p.csv"
     csv.write_text("a,b\n1,\n2,3,4\n")
     rows = list(read_rows(csv))
@@ -86,14 +94,19 @@ def test_parse_time_forms():
 
 
 def test_dead_letter_batch_keeps_source_reason_and_raw_bytes():
-    record = ConsumerRecord("rl.rollouts.v1", 2, 41, 0, 0, b"k", b"garbage", None, 7, 1,
-                            [("event", b"rollouts")])  # fmt: skip
-    batch = dead_letter_batch(record, NotArrow("value is not an Arrow IPC stream: x"),
-                              consumer_name="test")  # fmt: skip
+    record = ConsumerRecord(
+        "rl.rollouts.v1", 2, 41, 0, 0, b"k", b"garbage", None, 7, 1, [("event", b"rollouts")]
+    )
+    batch = dead_letter_batch(
+        record, NotArrow("value is not an Arrow IPC stream: x"), consumer_name="test"
+    )
     event = get("dead_letters")
     row = decode(*encode(event, batch)).to_pylist()[0]
     assert (row["source_topic"], row["source_partition"], row["source_offset"]) == (
-        "rl.rollouts.v1", 2, 41)  # fmt: skip
+        "rl.rollouts.v1",
+        2,
+        41,
+    )
     assert row["error_kind"] == "not_arrow" and row["raw_value"] == b"garbage"
     assert json.loads(row["raw_headers"]) == {"event": "rollouts"}
     again = dead_letter_batch(record, NotArrow("other words"), consumer_name="test")

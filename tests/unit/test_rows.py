@@ -12,8 +12,17 @@ from rlstream.schemas.registry import register
 
 
 def test_coerce_converts_csv_strings_and_keeps_extras_in_metadata():
-    row = coerce_row(get("prompts"), {"prompt_id": 12, "text": "1+1=", "task": "add",
-                                      "difficulty": "3", "answer": 2, "source": "gsm"})  # fmt: skip
+    row = coerce_row(
+        get("prompts"),
+        {
+            "prompt_id": 12,
+            "text": "1+1=",
+            "task": "add",
+            "difficulty": "3",
+            "answer": 2,
+            "source": "gsm",
+        },
+    )
     assert row["prompt_id"] == "12" and row["difficulty"] == 3 and row["answer"] == "2"
     assert json.loads(row["metadata"]) == {"source": "gsm"}
 
@@ -22,12 +31,14 @@ def test_coerce_converts_csv_strings_and_keeps_extras_in_metadata():
     ("row", "message"),
     [
         ({"text": "x", "task": "add"}, "missing required field 'prompt_id'"),
-        ({"prompt_id": "a", "text": "x", "task": "add", "difficulty": "hard"},
-         "field 'difficulty'"),
+        (
+            {"prompt_id": "a", "text": "x", "task": "add", "difficulty": "hard"},
+            "field 'difficulty'",
+        ),
         ({"prompt_id": "a", "text": ["x"], "task": "add"}, "field 'text': expected a string"),
         ({"prompt_id": "a", "text": "x", "task": "add", "difficulty": True}, "boolean"),
     ],
-)  # fmt: skip
+)
 def test_coerce_rejects_bad_rows_naming_the_field(row, message):
     with pytest.raises(RowError, match=message):
         coerce_row(get("prompts"), row)
@@ -50,8 +61,7 @@ def test_event_ids_are_deterministic_from_content():
 
 def test_registering_twice_is_an_error():
     with pytest.raises(ValueError, match="already registered"):
-        register("prompts", 1, [pa.field("prompt_id", pa.string())], key="prompt_id",
-                 partitions=1)  # fmt: skip
+        register("prompts", 1, [pa.field("prompt_id", pa.string())], key="prompt_id", partitions=1)
 
 
 def test_topics_resolve_by_short_or_full_name():

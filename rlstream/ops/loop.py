@@ -1,0 +1,247 @@
+"""`rlstream run`: the streaming RL loop on the embedded stack (or RLSTREAM_* endpoints).
+
+Seeds the run's topics (the prompt pool and the pre-training corpus, both from the task
+environments), then supervises the loop's processes — trainer, scheduler, stream processors,
+rollout workers — restarting any that crash (each resumes from its checkpoint or its committed
+offsets), shows a live view, and when the trainer is done writes the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.kafka import EventProducer
+from rlstream.ops import procs
+from rlstream.schemas import get, make_event_id, rows_to_batch
+from rlstream.streams.config import LoopConfig
+from rlstream.trainers.envs import TaskMix, sample_prompts
+from rlstream.trainers.local import Args
+from rlstream.trainers.pretrain import build_corpus
+
+PROMPTS, CORPUS = get("prompts"), get("corpus")
+
+
+async def seed_topics(endpoints: Endpoints, cfg: LoopConfig, batch_rows: int = 2000) -> dict:
+    """Publish the run's prompt pool and pre-training corpus (deterministic from the seed)."""
+    mix = TaskMix.parse(cfg.tasks)
+    pool = sample_prompts(mix, cfg.pool_size, "train", cfg.seed, unique=False)
+    prompts = [
+        p.to_row() | {"split": "train", "event_id": make_event_id("pool", cfg.run_id, i)}
+        for i, p in enumerate(pool)
+    ]
+    docs = build_corpus(mix, cfg.corpus_docs, Args.flaw_rate, cfg.seed, cfg.seed)
+    corpus = [
+        {"doc_id": make_event_id("doc", cfg.run_id, i), "text": d, "source": "generator"}
+        for i, d in enumerate(docs)
+    ]
+    async with EventProducer(endpoints) as producer:
+        for event, rows in ((PROMPTS, prompts), (CORPUS, corpus)):
+            for i in range(0, len(rows), batch_rows):
+                batch = rows_to_batch(event, rows[i : i + batch_rows], run_id=cfg.run_id)
+                await producer.send(event, batch)
+    return {"prompts_published": len(prompts), "corpus_published": len(corpus)}
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    finished: bool = False
+
+
+@dataclass
+class Supervisor:
+    """Starts the loop's processes and restarts a crashed one (up to max_restarts each)."""
+
+    cfg_path: Path
+    env: dict[str, str]
+    log_dir: Path
+    workers: int = 2
+    max_restarts: int = 3
+    children: list[Child] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        py, cfg = sys.executable, str(self.cfg_path)
+        specs = [
+            ("trainer", [py, "-m", "rlstream.streams.trainer", "--config", cfg]),
+            ("scheduler", [py, "-m", "rlstream.streams.scheduler", "--config", cfg]),
+            (
+                "processors",
+                [
+                    py,
+                    "-m",
+                    "rlstream.streams.worker",
+                    "score_rollouts",
+                    "assemble_experience",
+                    "--app-id",
+                    self._group("processors"),
+                ],
+            ),
+        ] + [
+            (
+                f"rollouts-{i}",
+                [
+                    py,
+                    "-m",
+                    "rlstream.streams.rollout_worker",
+                    "--config",
+                    cfg,
+                    "--worker-id",
+                    f"w{i}",
+                ],
+            )
+            for i in range(1, self.workers + 1)
+        ]
+        self.children = [Child(n, a, self.log_dir / f"{n}.log") for n, a in specs]
+
+    def _group(self, role: str) -> str:
+        return LoopConfig.read(self.cfg_path).group(role)
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for child in self.children:
+            self._spawn(child)
+
+    def _spawn(self, child: Child) -> None:
+        child.proc = procs.spawn(child.argv, log=child.log, env=self.env)
+
+    def poll(self) -> list[str]:
+        """Restart crashed children; return events worth telling the user."""
+        news = []
+        for child in self.children:
+            code = child.proc.poll() if child.proc else None
+            if code is None or child.finished:
+                continue
+            if code == 0:
+                child.finished = True
+                news.append(f"{child.name} finished")
+            elif child.restarts < self.max_restarts:
+                child.restarts += 1
+                news.append(f"{child.name} exited with {code}; restart {child.restarts}")
+                self._spawn(child)
+            else:
+                child.finished = True
+                news.append(
+                    f"{child.name} crashed {child.restarts + 1} times; giving up (log: {child.log})"
+                )
+        return news
+
+    def trainer(self) -> Child:
+        return self.children[0]
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            if child.proc and child.proc.poll() is None:
+                procs.terminate(child.proc.pid, timeout_s=10)
+
+
+def child_env(endpoints: Endpoints, cfg: LoopConfig) -> dict[str, str]:
+    env = dict(os.environ) | endpoints.as_env()
+    env["RLSTREAM_SESSION_TIMEOUT_MS"] = str(cfg.session_timeout_ms)
+    env["OMP_NUM_THREADS"] = str(cfg.threads)
+    return env
+
+
+def wait_for_trainer(sup: Supervisor, on_tick, timeout_s: float) -> bool:
+    """Supervise until the trainer exits cleanly; on_tick(news) drives the live view."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        news = sup.poll()
+        on_tick(news)
+        trainer = sup.trainer()
+        if trainer.finished:
+            return trainer.proc.returncode == 0
+        time.sleep(0.5)
+    return False
+
+
+def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3600) -> dict:
+    """Seed, supervise until the trainer is done, collect figures, write the report."""
+    from rlstream.connectors.objectstore import ObjectStore
+    from rlstream.ops.report import write_report
+    from rlstream.ops.run import stack_or_endpoints
+    from rlstream.ops.watch import RunWatcher
+
+    out = (out_root / cfg.run_id).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = cfg.write(out / "loop.json")
+    started = time.monotonic()
+    with stack_or_endpoints(out / "stack") as (endpoints, embedded):
+        seeded = asyncio.run(seed_topics(endpoints, cfg))
+        watcher = RunWatcher(endpoints, cfg.run_id).start()
+        sup = Supervisor(cfg_path, child_env(endpoints, cfg), out / "logs", cfg.rollout_workers)
+        sup.start()
+        try:
+            ok = wait_for_trainer(
+                sup, lambda news: on_tick and on_tick(watcher.view, sup, news), timeout_s
+            )
+        finally:
+            sup.stop()
+        time.sleep(2.5)  # one more throughput sample after the last events
+        watcher.stop()
+        summary = (
+            collect(endpoints, cfg)
+            | seeded
+            | {
+                "completed": ok,
+                "embedded_stack": embedded,
+                "restarts": {c.name: c.restarts for c in sup.children if c.restarts},
+                "wall_s": round(time.monotonic() - started, 1),
+            }
+        )
+        report = write_report(out, summary, watcher.view)
+        store = ObjectStore(endpoints)
+        for path in (report, out / "curves.png"):
+            store.put_file(f"{cfg.run_id}/reports/{path.name}", path)
+    summary["report"] = str(report)
+    return summary
+
+
+async def _run_rows(endpoints: Endpoints, event_name: str, run_id: str) -> list[dict]:
+    from rlstream.connectors.reading import ReadRange, read_topic
+    from rlstream.schemas import DecodeError, decode
+
+    rows = []
+    async for record in read_topic(endpoints, get(event_name).topic, ReadRange()):
+        try:
+            batch = decode(record.value, record.headers).batch
+        except DecodeError:
+            continue
+        rows += [r for r in batch.to_pylist() if r["run_id"] == run_id]
+    return rows
+
+
+def collect(endpoints: Endpoints, cfg: LoopConfig) -> dict:
+    """The run's figures: the trainer's summary, and experience published vs archived."""
+    import json
+
+    from rlstream.connectors.objectstore import ObjectStore
+
+    store = ObjectStore(endpoints)
+    name = f"{cfg.run_id}/reports/trainer.json"
+    trainer = json.loads(store.get_bytes(name)) if store.exists(name) else {}
+    published = asyncio.run(_run_rows(endpoints, "experience", cfg.run_id))
+    archive = store.read_parquet_prefix(f"{cfg.run_id}/experience/")
+    archived = archive.column("event_id").to_pylist() if archive.num_rows else []
+    published_ids = {r["event_id"] for r in published}
+    return (
+        {"run_id": cfg.run_id}
+        | trainer
+        | {
+            "experience_published": len(published_ids),
+            "experience_messages_redelivered": len(published) - len(published_ids),
+            "experience_archived": len(archived),
+            "archive_duplicates": len(archived) - len(set(archived)),
+            "archive_matches_topic": set(archived) == published_ids,
+        }
+    )

@@ -1,0 +1,77 @@
+"""The run report: Markdown with the headline figures and one PNG of the run's curves."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from rlstream.ops.watch import RunView
+
+
+def _series(evals: list[dict], task: str, metric: str) -> tuple[list[int], list[float]]:
+    points = sorted(
+        {(r["step"], r["value"]) for r in evals if r["task"] == task and r["metric"] == metric}
+    )
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_run(view: RunView, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    ax = axes[0][0]
+    ax.plot(*_series(view.evals, "pretrain", "val_loss"), label="pre-train val loss")
+    ax.set_xlabel("pre-training step")
+    ax2 = ax.twiny()
+    ax2.plot(*_series(view.evals, "rl", "pg_loss"), color="tab:orange", label="RL policy loss")
+    ax.set_title("loss per phase (blue: pre-train, orange: RL)")
+    axes[0][1].plot(*_series(view.evals, "rl", "reward"))
+    axes[0][1].set(title="batch reward", xlabel="RL step")
+    for metric in ("greedy", "pass1"):
+        axes[0][2].plot(*_series(view.evals, "all", metric), marker="o", label=metric)
+    axes[0][2].set(title="held-out accuracy", xlabel="RL step", ylim=(0, 1))
+    axes[0][2].legend()
+    axes[1][0].plot(*_series(view.evals, "rl", "entropy"))
+    axes[1][0].set(title="policy entropy", xlabel="RL step")
+    t0 = view.throughput[0][0] if view.throughput else 0
+    for topic in ("rl.rollout_requests.v1", "rl.rollouts.v1", "rl.rewards.v1", "rl.experience.v1"):
+        xs, ys = [], []
+        for (t1, c1), (t2, c2) in zip(view.throughput, view.throughput[1:], strict=False):
+            xs.append(t2 - t0)
+            ys.append((c2.get(topic, 0) - c1.get(topic, 0)) / max(1e-3, t2 - t1))
+        axes[1][1].plot(xs, ys, label=topic.split(".")[1])
+    axes[1][1].set(title="messages/s per topic", xlabel="seconds")
+    axes[1][1].legend(fontsize=7)
+    lags = defaultdict(int)
+    for lag in view.lags:
+        lags[lag] += 1
+    axes[1][2].bar(list(lags), list(lags.values()))
+    axes[1][2].set(title="policy lag at rollout (groups)", xlabel="versions behind")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_report(out: Path, summary: dict, view: RunView) -> Path:
+    plot = plot_run(view, out / "curves.png")
+    lines = [
+        f"# rlstream run {summary.get('run_id')}",
+        "",
+        "![curves](curves.png)",
+        "",
+        "| figure | value |",
+        "|---|---|",
+    ]
+    lines += [f"| {k} | {v} |" for k, v in summary.items() if not isinstance(v, dict)]
+    by_task = summary.get("final_by_task") or {}
+    if by_task:
+        lines += ["", "| task | final greedy accuracy |", "|---|---|"]
+        lines += [f"| {k} | {v:.3f} |" for k, v in sorted(by_task.items())]
+    lines += ["", f"Plots: `{plot.name}`. Logs of every process: `logs/`."]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

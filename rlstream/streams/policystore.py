@@ -1,0 +1,97 @@
+"""Policy versions: the trainer writes weights to the object store, then announces them on
+rl.policy_versions.v1; rollout workers follow the announcements and load the newest weights."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.kafka import EventProducer, consumer, topic_partitions
+from rlstream.connectors.objectstore import ObjectStore
+from rlstream.schemas import DecodeError, decode, get, rows_to_batch
+from rlstream.trainers.policy import Policy, policy_from_bytes, policy_to_bytes
+
+log = logging.getLogger(__name__)
+POLICY_VERSIONS = get("policy_versions")
+
+
+def policy_object(run_id: str, version: int) -> str:
+    return f"{run_id}/policies/version={version:06d}.pt"
+
+
+async def publish_policy(
+    producer: EventProducer,
+    store: ObjectStore,
+    run_id: str,
+    policy: Policy,
+    step: int,
+    phase: str,
+    groups_consumed: int = 0,
+    upload: bool = True,
+) -> str:
+    """Weights first, then the event: a worker never hears of weights it cannot load.
+
+    upload=False re-announces the current version (a demand signal for the scheduler).
+    """
+    name = policy_object(run_id, policy.version)
+    uri = f"s3://{store.bucket}/{name}"
+    if upload:
+        uri = await asyncio.to_thread(store.put_bytes, name, policy_to_bytes(policy))
+    row = {
+        "version": policy.version,
+        "checkpoint_uri": uri,
+        "step": step,
+        "phase": phase,
+        "groups_consumed": groups_consumed,
+    }
+    await producer.send(
+        POLICY_VERSIONS,
+        rows_to_batch(POLICY_VERSIONS, [row], run_id=run_id, policy_version=policy.version),
+    )
+    return uri
+
+
+class PolicyFollower:
+    """Tracks the newest announced policy of a run and keeps its weights loaded."""
+
+    def __init__(self, endpoints: Endpoints, run_id: str):
+        self.endpoints, self.run_id = endpoints, run_id
+        self.store = ObjectStore(endpoints)
+        self.policy: Policy | None = None
+        self.ready = asyncio.Event()
+        self.loads = 0
+
+    async def run(self) -> None:
+        """Follow rl.policy_versions.v1 from the beginning (no group: every worker sees all)."""
+        c = consumer(self.endpoints, fetch_max_wait_ms=100)
+        await c.start()
+        try:
+            tps = await topic_partitions(c, POLICY_VERSIONS.topic)
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            while True:
+                newest = None
+                for records in (await c.getmany(timeout_ms=200)).values():
+                    for record in records:
+                        try:
+                            rows = decode(record.value, record.headers).to_pylist()
+                        except DecodeError:
+                            continue
+                        for row in rows:
+                            if row["run_id"] == self.run_id and (
+                                newest is None or row["version"] > newest["version"]
+                            ):
+                                newest = row
+                if newest and (self.policy is None or newest["version"] > self.policy.version):
+                    await self._load(newest)
+        finally:
+            await c.stop()
+
+    async def _load(self, row: dict) -> None:
+        name = row["checkpoint_uri"].split("/", 3)[3]  # s3://bucket/<name>
+        data = await asyncio.to_thread(self.store.get_bytes, name)
+        self.policy = policy_from_bytes(data)
+        self.loads += 1
+        self.ready.set()
+        log.info("loaded policy version %d", self.policy.version)

@@ -1,0 +1,121 @@
+"""generate_rollouts: rollout workers in one consumer group turn requests into G completions.
+
+    python -m rlstream.streams.rollout_worker --config loop.json --worker-id w1
+
+Every worker follows rl.policy_versions.v1 on its own (no group) and generates with the newest
+weights; the request stream is shared by the group, so adding a worker needs no configuration.
+Each request's G rollouts leave in one message (one key), which keeps the group together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import zlib
+from pathlib import Path
+
+import faust
+import torch
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.schemas import get, rows_to_batch
+from rlstream.streams.app import Glue, make_app, raw_topic
+from rlstream.streams.config import LoopConfig
+from rlstream.streams.policystore import PolicyFollower
+from rlstream.trainers.envs import Prompt
+from rlstream.trainers.policy import Policy, rollout
+
+REQUESTS, ROLLOUTS = get("rollout_requests"), get("rollouts")
+log = logging.getLogger(__name__)
+
+
+def rollout_rows(
+    requests: list[dict],
+    policy: Policy,
+    cfg: LoopConfig,
+    worker_id: str,
+    generator: torch.Generator,
+) -> list[dict]:
+    """G completions for each request (pure apart from the model's sampling)."""
+    prompts = [
+        Prompt(
+            r["prompt_id"], r["text"], r["task"], r.get("difficulty") or 0, r.get("answer") or ""
+        )
+        for r in requests
+    ]
+    G = requests[0]["group_size"]
+    s = rollout(policy, prompts, G, cfg.max_new_tokens, cfg.temperature, generator)
+    rows = []
+    for k, i in enumerate(s.prompt_index):
+        req = requests[i]
+        rows.append(
+            {
+                "run_id": req["run_id"],
+                "policy_version": policy.version,
+                "request_id": req["request_id"],
+                "prompt_id": req["prompt_id"],
+                "sample_idx": k - i * G,
+                "group_size": G,
+                "task": req["task"],
+                "prompt_text": req["text"],
+                "difficulty": req.get("difficulty"),
+                "answer": req.get("answer"),
+                "prompt_tokens": s.prompt_tokens[k],
+                "completion": s.texts[k],
+                "completion_tokens": s.tokens[k],
+                "logprobs": s.logprobs[k],
+                "finish_reason": "stop",
+                "worker_id": worker_id,
+            }
+        )
+    return rows
+
+
+def build(cfg: LoopConfig, endpoints: Endpoints, worker_id: str) -> faust.App:
+    app = make_app(cfg.group("rollout-workers"), endpoints)
+    glue = Glue(app, consumer_name=f"{cfg.group('rollout-workers')}/{worker_id}")
+    follower = PolicyFollower(endpoints, cfg.run_id)
+    generator = torch.Generator().manual_seed(
+        cfg.seed * 1000 + zlib.crc32(worker_id.encode()) % 1000
+    )
+
+    @app.task
+    async def follow_policies():
+        await follower.run()
+
+    @app.agent(raw_topic(app, REQUESTS.topic), name="generate_rollouts")
+    async def generate_rollouts(stream):
+        async for event in stream.events():
+            decoded = await glue.decode(event)
+            if decoded is None:
+                continue
+            requests = [r for r in decoded.to_pylist() if r["run_id"] == cfg.run_id]
+            if not requests:
+                continue
+            await follower.ready.wait()
+            for request in requests:  # one message per group: one key, one partition
+                rows = rollout_rows([request], follower.policy, cfg, worker_id, generator)
+                batch = rows_to_batch(
+                    ROLLOUTS, rows, run_id=cfg.run_id, policy_version=follower.policy.version
+                )
+                await glue.emit(ROLLOUTS, batch)
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, type=Path)
+    parser.add_argument("--worker-id", default=f"w{os.getpid()}")
+    args = parser.parse_args(argv)
+    cfg = LoopConfig.read(args.config)
+    torch.set_num_threads(cfg.threads)
+    app = build(cfg, Endpoints.from_env(), args.worker_id)
+    sys.argv = sys.argv[:1]
+    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+
+
+if __name__ == "__main__":
+    main()

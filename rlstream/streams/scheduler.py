@@ -1,0 +1,207 @@
+"""score_prompts + select_prompts: the scheduler process that spends rollouts.
+
+    python -m rlstream.streams.scheduler --config loop.json
+
+The prompt pool is what the run published to rl.prompts.v1 (train split). Each round the
+sampler scores candidates and picks `prompts_per_step`; every decision goes to
+rl.prompt_scores.v1 (replayable, auditable) and the picks to rl.rollout_requests.v1. Pacing is
+the trainer's demand: requests are issued only while fewer than `target_in_flight` are ahead of
+what the trainer has consumed (read from its policy_versions announcements), so no queue grows
+without bound and policy lag stays within about target_in_flight / prompts_per_step versions.
+Rewards flow back into the sampler's statistics as groups complete.
+
+Scoring and selection share one process because samplers score candidates from a pool that is
+drawn from again and again; a stateless score_prompts over a one-shot stream would not see it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.kafka import EventProducer, consumer, topic_partitions
+from rlstream.connectors.reading import ReadRange, read_topic
+from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
+from rlstream.streams.config import LoopConfig
+from rlstream.trainers.envs import Prompt
+from rlstream.trainers.selection import records_to_batch
+from rlstream.trainers.selection.registry import make_selection_sampler
+
+log = logging.getLogger(__name__)
+PROMPTS, REWARDS = get("prompts"), get("rewards")
+REQUESTS, POLICY_VERSIONS = get("rollout_requests"), get("policy_versions")
+
+
+async def load_pool(endpoints: Endpoints, run_id: str) -> list[Prompt]:
+    """The run's train prompts from rl.prompts.v1 (a bounded read). A prompt may be in the pool
+    more than once (as in the in-process loop's pool); redelivered events collapse by id."""
+    pool: dict[str, Prompt] = {}
+    async for record in read_topic(endpoints, PROMPTS.topic, ReadRange()):
+        try:
+            rows = decode(record.value, record.headers).to_pylist()
+        except DecodeError:
+            continue
+        for r in rows:
+            if r["run_id"] == run_id and r.get("split") != "heldout":
+                pool[r["event_id"]] = Prompt(
+                    r["prompt_id"],
+                    r["text"],
+                    r["task"],
+                    r.get("difficulty") or 0,
+                    r.get("answer") or "",
+                )
+    return list(pool.values())
+
+
+@dataclass
+class Demand:
+    """What the trainer has consumed, from its policy_versions announcements."""
+
+    rl_step: int = 0
+    groups_consumed: int = 0
+    done: bool = False
+
+
+async def follow_trainer(endpoints: Endpoints, run_id: str, demand: Demand) -> None:
+    c = consumer(endpoints, fetch_max_wait_ms=100)
+    await c.start()
+    try:
+        tps = await topic_partitions(c, POLICY_VERSIONS.topic)
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        while not demand.done:
+            for records in (await c.getmany(timeout_ms=200)).values():
+                for record in records:
+                    for row in decode(record.value, record.headers).to_pylist():
+                        if row["run_id"] != run_id:
+                            continue
+                        if row["phase"] == "done":
+                            demand.done = True
+                        elif row["phase"] == "rl":
+                            demand.rl_step = max(demand.rl_step, row["step"])
+                            demand.groups_consumed = max(
+                                demand.groups_consumed, row["groups_consumed"] or 0
+                            )
+    finally:
+        await c.stop()
+
+
+class Scheduler:
+    def __init__(self, cfg: LoopConfig, endpoints: Endpoints, pool: list[Prompt]):
+        self.cfg, self.endpoints = cfg, endpoints
+        self.sampler = make_selection_sampler(cfg.sampler, pool, cfg.seed)
+        self.by_id = {p.prompt_id: p for p in pool}
+        self.issued_rounds = 0
+        self.rewards: dict[str, list[float]] = defaultdict(list)
+
+    def request_rows(self, prompts: list[Prompt], round_: int) -> list[dict]:
+        return [
+            {
+                "event_id": make_event_id("rollout_requests", self.cfg.run_id, round_, i),
+                "request_id": f"{self.cfg.run_id}-r{round_:06d}-{i:03d}",
+                "prompt_id": p.prompt_id,
+                "text": p.text,
+                "task": p.task,
+                "difficulty": p.difficulty,
+                "answer": p.answer,
+                "group_size": self.cfg.group_size,
+                "sampler": self.cfg.sampler,
+            }
+            for i, p in enumerate(prompts)
+        ]
+
+    async def issue(self, producer: EventProducer, demand: Demand) -> None:
+        """Issue rounds while fewer than target_in_flight groups are ahead of the trainer."""
+        cfg = self.cfg
+        while not demand.done:
+            in_flight = self.issued_rounds * cfg.prompts_per_step - demand.groups_consumed
+            if in_flight + cfg.prompts_per_step > max(cfg.target_in_flight, cfg.prompts_per_step):
+                await asyncio.sleep(0.05)
+                continue
+            round_ = self.issued_rounds
+            prompts = self.sampler.select(round_, cfg.prompts_per_step)
+            records = getattr(self.sampler, "last_records", [])
+            if records:
+                batch = records_to_batch(records, cfg.run_id, demand.rl_step)
+                ids = [
+                    make_event_id("prompt_scores", cfg.run_id, round_, i)
+                    for i in range(batch.num_rows)
+                ]
+                batch = batch.set_column(0, "event_id", _strings(ids))
+                await producer.send(get("prompt_scores"), batch)
+            batch = rows_to_batch(
+                REQUESTS,
+                self.request_rows(prompts, round_),
+                run_id=cfg.run_id,
+                policy_version=demand.rl_step,
+            )
+            await producer.send(REQUESTS, batch)
+            self.issued_rounds += 1
+
+    async def learn_from_rewards(self, demand: Demand) -> None:
+        """Feed completed groups' rewards back into the sampler."""
+        c = consumer(self.endpoints, REWARDS.topic, group_id=self.cfg.group("scheduler"))
+        await c.start()
+        try:
+            while not demand.done:
+                for records in (await c.getmany(timeout_ms=200)).values():
+                    for record in records:
+                        try:
+                            rows = decode(record.value, record.headers).to_pylist()
+                        except DecodeError:
+                            continue
+                        self._observe([r for r in rows if r["run_id"] == self.cfg.run_id])
+                await c.commit()
+        finally:
+            await c.stop()
+
+    def _observe(self, rows: list[dict]) -> None:
+        seen: dict[str, set[int]] = defaultdict(set)
+        for r in rows:
+            if r["sample_idx"] in seen[r["request_id"]]:
+                continue
+            seen[r["request_id"]].add(r["sample_idx"])
+            self.rewards[r["request_id"]].append(r["reward"])
+            if len(self.rewards[r["request_id"]]) == r["group_size"]:
+                prompt = self.by_id.get(r["prompt_id"])
+                if prompt is not None:
+                    self.sampler.update([prompt], [self.rewards.pop(r["request_id"])])
+
+
+def _strings(values: list[str]):
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
+
+
+async def serve(cfg: LoopConfig, endpoints: Endpoints) -> None:
+    pool = []
+    while len(pool) < min(cfg.pool_size, 1):
+        pool = await load_pool(endpoints, cfg.run_id)
+        await asyncio.sleep(0.2)
+    scheduler = Scheduler(cfg, endpoints, pool)
+    log.info("scheduler: %d prompts in the pool, sampler %s", len(pool), cfg.sampler)
+    demand = Demand()
+    async with EventProducer(endpoints) as producer:
+        await asyncio.gather(
+            follow_trainer(endpoints, cfg.run_id, demand),
+            scheduler.issue(producer, demand),
+            scheduler.learn_from_rewards(demand),
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(serve(LoopConfig.read(args.config), Endpoints.from_env()))
+
+
+if __name__ == "__main__":
+    main()
