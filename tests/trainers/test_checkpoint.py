@@ -113,3 +113,41 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     ):
         assert a[key] == b[key], key
     assert _losses(full) == _losses(part)  # every step's loss, bit for bit
+
+
+def test_resume_from_a_pretraining_checkpoint_in_process():
+    from rlstream.trainers.checkpoint import MemoryStore
+    from rlstream.trainers.local import Args, train_local
+
+    kw = dict(
+        tasks="add@1-2",
+        corpus_docs=1000,
+        pretrain_max_steps=12,
+        val_interval=4,
+        warmup_steps=2,
+        rl_steps=4,
+        eval_interval=2,
+        eval_prompts=8,
+        eval_samples=2,
+        prompts_per_step=4,
+        group_size=2,
+        n_layer=1,
+        n_embd=32,
+        threads=1,
+        progress=False,
+        backend="torch",
+        checkpoint_every=4,
+        keep_last=10,
+    )
+    full_store = MemoryStore()
+    full = train_local(Args(**kw), store=full_store)
+    assert full_store.list()[0] == "step-00000004.pt"
+    partial = MemoryStore()  # as if the run died right after its step-8 checkpoint
+    partial.save_bytes("step-00000008.pt", full_store.load_bytes("step-00000008.pt"))
+    resumed = train_local(Args(**kw, resume=True), store=partial)
+    for key in ("pretrain_accuracy", "final_accuracy", "final_pass1", "rollouts"):
+        assert full[key] == resumed[key], key
+    assert partial.list() == full_store.list()[1:]  # every checkpoint from step 8 on
+    last = full_store.list()[-1]
+    a, b = from_bytes(full_store.load_bytes(last)), from_bytes(partial.load_bytes(last))
+    assert all(a["model"][k].equal(b["model"][k]) for k in a["model"])
