@@ -167,7 +167,7 @@ class Run:
             build_corpus(self.mix, 4096, a.flaw_rate, a.seed + 1, a.seed), self.tok, a.block_size
         )
         self.added_docs: list[str] = []
-        self.eval_set = sample_prompts(self.mix, a.eval_prompts, "heldout", a.seed)
+        self.eval_set = sample_prompts(self.mix, a.eval_prompts, "heldout", a.seed, strict=False)
         if sampler is None:
             pool = sample_prompts(self.mix, a.pool_size, "train", a.seed, unique=False)
             sampler = make_sampler(a.sampler, pool, a.seed)

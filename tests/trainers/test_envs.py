@@ -88,3 +88,11 @@ def test_reasoning_gym_adapter():
     p = family.generate(random.Random(0), 1)
     assert p.task == "rg:basic_arithmetic" and p.text and verify(p.answer, p)
     assert not verify("not a number", p)
+
+
+def test_small_task_spaces():
+    mix = TaskMix.parse("mul@1")  # 10 x 8 prompts in all
+    with pytest.raises(ValueError, match="task space is small"):
+        sample_prompts(mix, 100, "heldout", seed=0)
+    few = sample_prompts(mix, 100, "heldout", seed=0, strict=False)
+    assert 0 < len(few) < 100 and len({p.prompt_id for p in few}) == len(few)

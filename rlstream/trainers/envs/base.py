@@ -122,9 +122,11 @@ class TaskMix:
 
 
 def sample_prompts(
-    mix: TaskMix, n: int, split: str, seed: int, unique: bool = True
+    mix: TaskMix, n: int, split: str, seed: int, unique: bool = True, strict: bool = True
 ) -> list[Prompt]:
     """n prompts of one split ('train' or 'heldout'), reproducible from seed.
+
+    With unique=True a small task space may hold fewer than n: strict=False returns what exists.
 
     Membership is decided by `split_of(prompt_id, seed)` so the same seed always gives disjoint
     splits however many prompts are drawn from each.
@@ -141,7 +143,11 @@ def sample_prompts(
             continue
         seen.add(p.prompt_id)
         out.append(p)
-    raise ValueError(f"could only draw {len(out)} of {n} {split} prompts: the task space is small")
+    if strict or not out:
+        raise ValueError(
+            f"could only draw {len(out)} of {n} {split} prompts: the task space is small"
+        )
+    return out
 
 
 def verify(completion: str, prompt: Prompt) -> bool:
