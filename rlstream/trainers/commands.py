@@ -16,24 +16,22 @@ def parse_overrides(items: list[str]) -> dict:
 
     from rlstream.trainers.local import Args
 
-    defaults = {f.name: f.default for f in fields(Args)}
+    types = {f.name: str(f.type) for f in fields(Args)}  # e.g. "int", "str | None"
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or key not in defaults:
+        if not sep or key not in types:
             raise typer.BadParameter(f"--set {item!r}: expected FIELD=VALUE with a field of Args")
-        default = defaults[key]
-        if isinstance(default, bool):
+        kind = next(t for t in ("bool", "int", "float", "str") if t in types[key])
+        if "None" in types[key] and raw.lower() in ("", "none"):
+            out[key] = None
+        elif kind == "bool":
             out[key] = raw.lower() in ("1", "true", "yes", "on")
-        elif default is None:
-            out[key] = None if raw.lower() in ("", "none") else raw
         else:
             try:
-                out[key] = type(default)(raw)
+                out[key] = {"int": int, "float": float, "str": str}[kind](raw)
             except ValueError:
-                raise typer.BadParameter(
-                    f"--set {item!r}: not a {type(default).__name__}"
-                ) from None
+                raise typer.BadParameter(f"--set {item!r}: not a {kind}") from None
     return out
 
 

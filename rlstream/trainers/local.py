@@ -87,10 +87,10 @@ class Args:
     """RL learning rate (cosine-decayed to a tenth over rl_steps)"""
     kl_coef: float = 0.0
     """KL penalty weight to the frozen pre-trained reference"""
-    update_epochs: int = 1
-    """RL update epochs per batch"""
-    num_minibatches: int = 1
-    """RL minibatches per epoch"""
+    update_epochs: int | None = None
+    """RL update epochs per batch (default: 1 for grpo, 10 for ppo as in the design notes)"""
+    num_minibatches: int | None = None
+    """RL minibatches per epoch (default: 1 for grpo, 4 for ppo)"""
     max_new_tokens: int = 8
     """longest completion sampled"""
     hybrid: bool = False
@@ -127,8 +127,16 @@ class Args:
     def __post_init__(self):
         if self.algo not in ("grpo", "ppo"):
             raise ValueError(f"algo must be grpo or ppo, got {self.algo!r}")
+        if self.update_epochs is None:
+            self.update_epochs = 10 if self.algo == "ppo" else 1
+        if self.num_minibatches is None:
+            self.num_minibatches = 4 if self.algo == "ppo" else 1
+        if self.algo == "grpo" and self.group_size < 2:
+            raise ValueError("grpo needs group_size >= 2: advantages are relative within a group")
         if not 0 <= self.hybrid_ratio < 1:
             raise ValueError("hybrid_ratio is a share of compute in [0, 1)")
+        if self.num_minibatches > self.prompts_per_step * self.group_size:
+            raise ValueError("num_minibatches exceeds the rollouts per step")
 
 
 class Run:
