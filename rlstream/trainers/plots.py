@@ -20,13 +20,10 @@ def plot_curves(history: list[dict], path: str | Path) -> Path:
     a = ax[0, 0]
     a.plot([h["step"] for h in pre], [h["loss"] for h in pre], lw=0.6, label="pre-train loss")
     a.plot([h["step"] for h in val], [h["val_loss"] for h in val], "o-", label="pre-train val loss")
-    if rl:
-        a.plot(
-            [h["step"] for h in rl],
-            [h.get("loss", float("nan")) for h in rl],
-            lw=0.6,
-            label="RL loss",
-        )
+    if rl:  # the RL surrogate loss lives on another scale: its own axis
+        b = a.twinx()
+        b.plot([h["step"] for h in rl], [h.get("loss", float("nan")) for h in rl], "g", lw=0.6)
+        b.set_ylabel("RL loss", color="g")
     a.set_title("loss per phase"), a.set_xlabel("step"), a.legend()
     a = ax[0, 1]
     a.plot([h["rl_step"] for h in rl], [h["reward"] for h in rl], lw=0.8)
