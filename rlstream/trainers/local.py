@@ -82,7 +82,7 @@ class Args:
     group_size: int = 8
     """completions per prompt (G)"""
     temperature: float = 1.0
-    """sampling temperature for rollouts and pass@1"""
+    """sampling temperature for rollouts and pass@1 (old logprobs are tempered: keep 1.0)"""
     rl_lr: float = 1e-4
     """RL learning rate (cosine-decayed to a tenth over rl_steps)"""
     kl_coef: float = 0.0
