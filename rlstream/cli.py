@@ -502,6 +502,53 @@ def topics(
     console.print(table)
 
 
+@app.command()
+def reprocess(
+    processor: str = typer.Argument(..., help="Processor to re-run: score_rollouts."),
+    source: str = typer.Option("rollouts", "--from", help="Recorded topic to read."),
+    target: str = typer.Option(..., "--to", help="New topic to write (created if missing)."),
+    run_id: str | None = typer.Option(None, help="Only rows of this run."),
+    verifier: str = typer.Option("reprocess", help="Verifier name written on the new rewards."),
+    reward_rules: Path | None = typer.Option(None, exists=True, help="JSON reward rules file."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Re-run a stream processor over a recorded topic into a new topic, under its own consumer
+    group, without touching the live loop (e.g. re-score rollouts with a changed verifier)."""
+    from rlstream.ops.reprocess import REPROCESSORS
+    from rlstream.ops.reprocess import reprocess as run_reprocess
+
+    if processor not in REPROCESSORS:
+        raise typer.BadParameter(f"unknown processor {processor!r}; known: {sorted(REPROCESSORS)}")
+    reward_fn = None
+    if reward_rules is not None:
+        from rlstream.trainers.rewards import build_reward
+
+        reward_fn = build_reward(reward_rules)
+    event = event_for(source)
+    from rlstream.schemas import all_events
+
+    if target in {e.topic for e in all_events()}:
+        raise typer.BadParameter(
+            f"--to {target}: a live topic; write to a new one, e.g. {target}.reprocessed"
+        )
+    report = asyncio.run(
+        run_reprocess(
+            endpoints(),
+            processor,
+            target,
+            source=event.topic,
+            run_id=run_id,
+            verifier=verifier,
+            reward_fn=reward_fn,
+        )
+    )
+    table = Table("figure", "value", title=f"reprocessed {report.source} -> {report.target}")
+    for key, value in report.__dict__.items():
+        table.add_row(key, str(value))
+    console.print(table)
+    write_summary(summary, report.__dict__)
+
+
 @bench_app.command("broker")
 def bench_broker(
     messages: int = typer.Option(2000, min=10, help="Messages per repeat and arm."),

@@ -144,20 +144,29 @@ class EventProducer:
     def raw(self) -> AIOKafkaProducer:
         return self._producer
 
-    async def send(self, event: EventType, batch: pa.RecordBatch, *, wait: bool = True) -> list:
-        """Send `batch` split by key partition; returns the delivery futures (or metadata)."""
+    async def send(
+        self,
+        event: EventType,
+        batch: pa.RecordBatch,
+        *,
+        wait: bool = True,
+        topic: str | None = None,
+    ) -> list:
+        """Send `batch` split by key partition to the event's topic (or `topic`); returns the
+        delivery metadata (or the futures when wait=False)."""
+        topic = topic or event.topic
         futures = []
         for partition, part in split_by_partition(event, batch):
             value, headers = encode(event, part)
             key = str(part.column(event.key)[0].as_py()).encode()
             self.messages += 1
             self.value_bytes += len(value)
-            metrics.MESSAGES_PUBLISHED.labels(event.topic).inc()
-            metrics.BYTES_PUBLISHED.labels(event.topic).inc(len(value))
-            metrics.EVENTS_PUBLISHED.labels(event.topic).inc(part.num_rows)
+            metrics.MESSAGES_PUBLISHED.labels(topic).inc()
+            metrics.BYTES_PUBLISHED.labels(topic).inc(len(value))
+            metrics.EVENTS_PUBLISHED.labels(topic).inc(part.num_rows)
             futures.append(
                 await self._producer.send(
-                    event.topic, value, key=key, partition=partition, headers=headers
+                    topic, value, key=key, partition=partition, headers=headers
                 )
             )
         if wait:
