@@ -329,6 +329,20 @@ def rl_step(run: Run) -> dict:
     return row
 
 
+def _log_line(a: Args, row: dict) -> None:
+    """Without progress bars (logs, CI), print a line at every evaluation instead."""
+    if not a.progress and ("val_loss" in row or "greedy" in row):
+        keys = ("phase", "step", "loss", "val_loss", "reward", "greedy", "pass1", "entropy")
+        print(
+            " ".join(
+                f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
+                for k in keys
+                if k in row
+            ),
+            flush=True,
+        )
+
+
 def train_local(
     args: Args, store: CheckpointStore | None = None, sampler: PromptSampler | None = None
 ) -> dict:
@@ -351,6 +365,7 @@ def train_local(
             row = pretrain_step(run)
             run.history.append(row)
             info |= {k: row[k] for k in ("loss", "val_loss") if k in row}
+            _log_line(a, row)
             bar.update(
                 pt, completed=run.pre_step, info=bar_info(info, {"loss": "loss", "val_loss": "val"})
             )
@@ -368,6 +383,7 @@ def train_local(
             row = rl_step(run)
             run.history.append(row)
             info |= {k: row[k] for k in ("reward", "greedy", "pass1", "entropy") if k in row}
+            _log_line(a, row)
             bar.update(
                 rl,
                 completed=run.rl_step,
