@@ -1,7 +1,90 @@
 """CLI commands of prompt selection (`rlstream bench selection`), registered by rlstream.cli."""
 
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
 import typer
 
 
 def register(bench_app: typer.Typer) -> None:
     """Add `bench selection` to the bench command group."""
+
+    @bench_app.command("selection")
+    def bench_selection(
+        samplers: str = typer.Option("uniform,dapo,greso,mopps,ppm", help="samplers to compare"),
+        seeds: int = typer.Option(3, help="seeds per sampler"),
+        steps: int = typer.Option(None, help="RL steps per arm [default: 60; --quick 30]"),
+        pool: str = typer.Option("both", help="default | late | both"),
+        task: str = typer.Option(
+            "add,sub", help="task mix (e.g. add,sub or add:2,mul@1-2) or rg:<reasoning-gym name>"
+        ),
+        target_accuracy: float = typer.Option(
+            None, help="held-out greedy target (default: start + 90% of uniform's mean gain)"
+        ),
+        target_fraction: float = typer.Option(0.9, help="share of uniform's gain = the target"),
+        out: Path = typer.Option(Path("bench-selection"), help="records.parquet, plots"),
+        summary: Path = typer.Option(None, help="write the headline figures as JSON here"),
+        quick: bool = typer.Option(False, help="preset: 2 seeds, 30 steps, 300 pre-train steps"),
+        pool_size: int = typer.Option(None, help="train prompts per pool"),
+        eval_prompts: int = typer.Option(None, help="held-out prompts"),
+        late_warmup: int = typer.Option(None, help="uniform steps before the late pool"),
+        late_extra: str = typer.Option(None, help="out-of-reach family of the late pool"),
+        pretrain_steps: int = typer.Option(None, help="pre-training step cap"),
+        corpus_docs: int = typer.Option(None, help="pre-training documents"),
+        n_layer: int = typer.Option(None, help="policy layers"),
+        n_embd: int = typer.Option(None, help="policy width"),
+        block_size: int = typer.Option(None, help="policy context (raise for reasoning-gym)"),
+        max_new_tokens: int = typer.Option(None, help="longest completion"),
+        prompts_per_step: int = typer.Option(None, help="prompts per RL step (B)"),
+        group_size: int = typer.Option(None, help="completions per prompt (G)"),
+        eval_every: int = typer.Option(None, help="steps between greedy evaluations"),
+        pass1_every: int = typer.Option(None, help="steps between pass@1 evaluations"),
+        threads: int = typer.Option(1, help="torch threads"),
+        cache_dir: Path = typer.Option(
+            Path("~/.cache/rlstream/selection"), help="cached pre-trained checkpoints"
+        ),
+        progress: bool = typer.Option(True, help="progress bar and tables"),
+    ):
+        """Compare prompt samplers (RESEARCH.md's table), mean ± std over seeds, per pool."""
+        from rlstream.trainers.selection.bench import BenchArgs, run_bench
+        from rlstream.trainers.selection.bench import quick as quick_preset
+        from rlstream.trainers.selection.loop import LoopArgs
+        from rlstream.trainers.selection.policies import PretrainConfig
+
+        try:
+            a = BenchArgs(
+                samplers=samplers,
+                seeds=seeds,
+                steps=steps or 60,
+                pool=pool,
+                task=task,
+                target_accuracy=target_accuracy,
+                target_fraction=target_fraction,
+                out=str(out),
+                summary=str(summary) if summary else None,
+                cache_dir=str(cache_dir),
+                progress=progress,
+                loop=LoopArgs(threads=threads),
+                pretrain=PretrainConfig(),
+            )
+            if quick:
+                a = quick_preset(a)
+            a = _override(a, locals())
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from e
+        run_bench(a)
+
+
+def _override(a, opts: dict):
+    """Explicit options win over the defaults and the --quick preset."""
+    pick = lambda keys: {k: opts[k] for k in keys if opts.get(k) is not None}  # noqa: E731
+    top = pick(["steps", "pool_size", "eval_prompts", "late_warmup", "late_extra"])
+    pre = pick(["corpus_docs", "n_layer", "n_embd", "block_size"])
+    if opts.get("pretrain_steps") is not None:
+        pre["max_steps"] = opts["pretrain_steps"]
+    if opts.get("n_embd") is not None:
+        pre["n_head"] = max(1, min(4, opts["n_embd"] // 16))
+    loop = pick(["max_new_tokens", "prompts_per_step", "group_size", "eval_every", "pass1_every"])
+    return replace(a, pretrain=replace(a.pretrain, **pre), loop=replace(a.loop, **loop), **top)

@@ -22,8 +22,14 @@ import torch
 
 from rlstream.trainers.backend import CosineSchedule
 from rlstream.trainers.envs import Prompt, verify
-from rlstream.trainers.policy import Policy, make_learner, policy_from_bytes, rollout, score
-from rlstream.trainers.policy import to_experience
+from rlstream.trainers.policy import (
+    Policy,
+    make_learner,
+    policy_from_bytes,
+    rollout,
+    score,
+    to_experience,
+)
 from rlstream.trainers.rl import Experience, RLArgs
 from rlstream.trainers.sampling import sample
 from rlstream.trainers.selection.dapo import DynamicSamplingSampler, fill_batch
@@ -145,8 +151,18 @@ def evaluate_heldout(policy: Policy, prompts: list[Prompt], k: int, a: LoopArgs,
 def _merge(parts: list[Experience]) -> Experience:
     cols = [[], [], [], [], [], []]
     for e in parts:
-        for c, v in zip(cols, (e.prompt_tokens, e.completion_tokens, e.old_logprobs, e.rewards,
-                               e.group_ids, e.policy_version), strict=True):
+        for c, v in zip(
+            cols,
+            (
+                e.prompt_tokens,
+                e.completion_tokens,
+                e.old_logprobs,
+                e.rewards,
+                e.group_ids,
+                e.policy_version,
+            ),
+            strict=True,
+        ):
             c += v
     return Experience(*cols)
 
@@ -240,7 +256,8 @@ def run_arm(
         exp, t = rl_step(sampler, policy, learner, a, step, gen)
         res.score_records += len(getattr(sampler, "last_records", []))
         t0 = time.perf_counter()
-        m = learner.step(exp) if len(exp) else {"reward": float("nan")}
+        if len(exp):  # a DAPO batch can come back empty when every round was zero-variance
+            learner.step(exp)
         t["t_update"] = time.perf_counter() - t0
         policy.version = learner.version
         if ppm is not None and "hidden" in a.ppm_features:
@@ -267,7 +284,9 @@ def run_arm(
             ev, rates = evaluate_heldout(policy, eval_set, k, a, seed + step)
             row |= ev
             if pred is not None:
-                res.calibration += [(float(p), float(r) * k, k) for p, r in zip(pred, rates)]
+                res.calibration += [
+                    (float(p), float(r) * k, k) for p, r in zip(pred, rates, strict=True)
+                ]
                 if last:
                     res.allocation = {"pred": pred.tolist(), "observed": rates.tolist(), "k": k}
         res.rows.append(row)

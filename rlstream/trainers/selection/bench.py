@@ -1,0 +1,255 @@
+"""`rlstream bench selection`: every sampler x several seeds on the same pool(s) and budget.
+
+Read top to bottom: BenchArgs -> shared policies (pre-trained once, cached; the late pool's
+uniform warm-up, cached) -> pools -> arms (run_arm per sampler and seed) -> figures per pool
+(metrics.py) -> table, Parquet, plots, summary JSON (report.py).
+
+Pools: `default` is the task mix from the pre-trained checkpoint. `late` starts from the
+checkpoint after `late_warmup` uniform GRPO steps (most prompts already solved) and adds an
+out-of-reach family (`late_extra`, default multiplication, which the corpus never showed), so
+most groups are all-correct or all-wrong, as late in a real RLVR run.
+Target accuracy (per pool, unless `target_accuracy` is given): the starting accuracy plus
+`target_fraction` (0.9) of uniform's mean gain by the last step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from rlstream.trainers.envs import TaskMix, sample_prompts
+from rlstream.trainers.selection import metrics as M
+from rlstream.trainers.selection.allocation import compare_allocations
+from rlstream.trainers.selection.loop import LoopArgs, run_arm
+from rlstream.trainers.selection.policies import PretrainConfig, late_policy, pretrained_policy
+from rlstream.trainers.selection.ppm import calibration
+
+
+@dataclass
+class BenchArgs:
+    samplers: str = "uniform,dapo,greso,mopps,ppm"
+    """comma-separated registered samplers (uniform and dapo are the baselines)"""
+    seeds: int = 3
+    """seeds per sampler (seed s of every sampler starts from the same checkpoint)"""
+    steps: int = 60
+    """RL steps per arm"""
+    pool: str = "both"
+    """default, late or both"""
+    task: str = "add,sub"
+    """task mix spec (add,sub,mul,chain,countdown,word...) or rg:<reasoning-gym dataset>"""
+    target_accuracy: float | None = None
+    """held-out greedy accuracy target (default: start + target_fraction x uniform's gain)"""
+    target_fraction: float = 0.9
+    """share of uniform's mean accuracy gain that defines the default target"""
+    pool_size: int = 4000
+    """unique train prompts in each pool"""
+    eval_prompts: int = 512
+    """held-out prompts (never rolled out in training)"""
+    late_warmup: int = 40
+    """uniform GRPO steps that turn the pre-trained checkpoint into the late pool's start"""
+    late_extra: str = "mul:0.5"
+    """family added to the late pool, out of reach of the policy ('' for none)"""
+    alloc_samples: int = 4
+    """test-time allocation budget: samples per held-out prompt on average"""
+    pretrain: PretrainConfig = PretrainConfig()
+    """shared pre-training (cached by this config)"""
+    loop: LoopArgs = None  # type: ignore[assignment]
+    """RL loop settings (steps is overridden by `steps`)"""
+    cache_dir: str = "~/.cache/rlstream/selection"
+    """where pre-trained and warmed-up checkpoints are cached"""
+    out: str = "bench-selection"
+    """directory for records.parquet and the plots"""
+    summary: str | None = None
+    """path of the summary JSON"""
+    progress: bool = True
+    """rich progress bar and tables"""
+
+    def __post_init__(self):
+        self.loop = replace(self.loop or LoopArgs(), steps=self.steps)
+        if self.pool not in ("default", "late", "both"):
+            raise ValueError(f"pool is default, late or both; got {self.pool!r}")
+        if self.seeds < 1:
+            raise ValueError("seeds must be >= 1")
+        names = self.sampler_names
+        if "uniform" not in names:
+            raise ValueError("the benchmark measures against uniform: keep it in --samplers")
+
+    @property
+    def sampler_names(self) -> list[str]:
+        return [s.strip() for s in self.samplers.split(",") if s.strip()]
+
+    @property
+    def pools(self) -> list[str]:
+        return ["default", "late"] if self.pool == "both" else [self.pool]
+
+
+def quick(args: BenchArgs) -> BenchArgs:
+    """A preset that finishes in a few minutes: 2 seeds, 30 steps, 300 pre-training steps."""
+    return replace(
+        args,
+        seeds=2,
+        steps=30,
+        eval_prompts=256,
+        pool_size=2000,
+        late_warmup=20,
+        pretrain=replace(args.pretrain, max_steps=300, corpus_docs=30_000),
+        loop=replace(args.loop, eval_every=5, pass1_every=10),
+    )
+
+
+def build_pools(a: BenchArgs, status) -> dict[str, dict]:
+    """name -> {blob, pool, eval_set, cached}: the shared starting policy and prompts of each."""
+    cache = Path(a.cache_dir).expanduser()
+    cfg = replace(a.pretrain, tasks=a.task)
+    blob, cached = pretrained_policy(cfg, cache, a.loop.threads, status("pre-train"))
+    mix = TaskMix.parse(a.task)
+    pool = sample_prompts(mix, a.pool_size, "train", cfg.seed)
+    out = {}
+    if "default" in a.pools:
+        ev = sample_prompts(mix, a.eval_prompts, "heldout", cfg.seed)
+        out["default"] = {"blob": blob, "pool": pool, "eval": ev, "cached": cached}
+    if "late" in a.pools:
+        late, lc = late_policy(
+            blob, cfg, pool, a.late_warmup, cache, a.loop, status("late warm-up")
+        )
+        lmix = TaskMix.parse(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
+        lpool = sample_prompts(lmix, a.pool_size, "train", cfg.seed)
+        ev = sample_prompts(lmix, a.eval_prompts, "heldout", cfg.seed)
+        out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc}
+    return out
+
+
+def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
+    """Every figure of one pool from its arms: runs[sampler] = [ArmResult per seed]."""
+    rows = {s: [r.rows for r in rs] for s, rs in runs.items()}
+    uni = rows["uniform"]
+    start = float(np.mean([r[0]["greedy"] for r in uni]))
+    uni_final = M.mean_std([M.final(r)["greedy"] for r in uni])
+    target = a.target_accuracy
+    if target is None:
+        target = start + a.target_fraction * (uni_final["mean"] - start)
+    uni_lat = M.mean_std([M.latency(r)["per_step_s"] for r in uni])["mean"]
+    uni_lat_p = M.mean_std([M.latency(r)["per_prompt_s"] for r in uni])["mean"]
+    fams = M.families(uni[0])
+    uni_fam = {f: np.mean([M.final(r)[f"greedy_{f}"] for r in uni]) for f in fams}
+    out = {"start_accuracy": start, "target_accuracy": target, "samplers": {}}
+    out["uniform_zero_variance_share"] = M.mean_std([M.wasted_share(r) for r in uni])
+    out["uniform_zero_variance_share_first_quarter"] = M.mean_std(
+        [M.phase_wasted_share(r, 0, 0.25) for r in uni]
+    )
+    out["uniform_zero_variance_share_last_quarter"] = M.mean_std(
+        [M.phase_wasted_share(r, 0.75, 1) for r in uni]
+    )
+    for s, rs in rows.items():
+        speed, reached, _ = M.ratio_to_baseline(rs, uni, target, "step")
+        f = {
+            "final_accuracy": M.mean_std([M.final(r)["greedy"] for r in rs]),
+            "final_pass1": M.mean_std([M.final(r).get("pass1") for r in rs]),
+            "accuracy_change_vs_uniform": M.mean_std(
+                [M.final(r)["greedy"] - uni_final["mean"] for r in rs]
+            ),
+            "steps_to_target": M.mean_std([M.to_target(r, target, "step") for r in rs]),
+            "rollouts_to_target": M.mean_std([M.to_target(r, target, "rollouts") for r in rs]),
+            "reached_target": f"{reached}/{len(rs)}",
+            "step_speedup_vs_uniform": M.mean_std(speed),
+            "wasted_rollout_share": M.mean_std([M.wasted_share(r) for r in rs]),
+            "rollouts_total": M.mean_std([r[-1]["rollouts"] for r in rs]),
+            "trained_rollouts_total": M.mean_std([r[-1]["trained_rollouts"] for r in rs]),
+            "latency_per_step_s": M.mean_std([M.latency(r)["per_step_s"] for r in rs]),
+            "latency_change_per_step": M.mean_std(
+                [M.latency(r)["per_step_s"] / uni_lat - 1 for r in rs]
+            ),
+            "latency_change_per_prompt": M.mean_std(
+                [M.latency(r)["per_prompt_s"] / uni_lat_p - 1 for r in rs]
+            ),
+            "selection_s_per_step": M.mean_std([M.latency(r)["selection_s_per_step"] for r in rs]),
+            "final_by_family": {
+                fam: float(np.mean([M.final(r)[f"greedy_{fam}"] for r in rs])) for fam in fams
+            },
+            "score_records": int(sum(r.score_records for r in runs[s])),
+        }
+        f["family_change_vs_uniform"] = {k: v - uni_fam[k] for k, v in f["final_by_family"].items()}
+        if "dapo" in rows:
+            red, _, _ = M.ratio_to_baseline(rs, rows["dapo"], target, "rollouts")
+            f["rollout_reduction_vs_dapo"] = M.mean_std([1 - 1 / x for x in red if x > 0])
+        else:
+            f["rollout_reduction_vs_dapo"] = M.mean_std([])
+        f |= ppm_figures(runs[s], a)
+        out["samplers"][s] = f
+    out["floors"] = floors(out)
+    return out
+
+
+def ppm_figures(results: list, a: BenchArgs) -> dict:
+    """Calibration on unseen held-out prompts and test-time allocation (PPM arms only)."""
+    cal = [calibration(*np.array(r.calibration).T) for r in results if r.calibration]
+    if not cal:
+        return {"ppm_pearson_r": M.mean_std([]), "ppm_brier": M.mean_std([])}
+    allocs = []
+    for r in results:
+        pred, obs = np.array(r.allocation["pred"]), np.array(r.allocation["observed"])
+        allocs.append(compare_allocations(pred, obs, a.alloc_samples * len(pred)))
+    return {
+        "ppm_pearson_r": M.mean_std([c["pearson_r"] for c in cal]),
+        "ppm_brier": M.mean_std([c["brier"] for c in cal]),
+        "ppm_calibration_prompts": int(sum(c["n_prompts"] for c in cal)),
+        "allocation": {k: M.mean_std([x[k] for x in allocs]) for k in allocs[0]},
+    }
+
+
+def floors(pool: dict) -> dict:
+    """The issue's floors for the PPM sampler: {name: {value, bar, met}}."""
+    s = pool["samplers"]
+    if "ppm" not in s:
+        return {}
+    p, u = s["ppm"], s["uniform"]
+    m = lambda d: d["mean"]  # noqa: E731
+    out = {}
+    if m(u["wasted_rollout_share"]):
+        ratio = m(p["wasted_rollout_share"]) / m(u["wasted_rollout_share"])
+        out["wasted_share_vs_uniform"] = {"value": ratio, "bar": "<= 0.6", "met": ratio <= 0.6}
+    red = m(p["rollout_reduction_vs_dapo"])
+    if red is not None:
+        out["rollout_reduction_vs_dapo"] = {"value": red, "bar": ">= 0.30", "met": red >= 0.30}
+    sp = m(p["step_speedup_vs_uniform"])
+    out["step_speedup_vs_uniform"] = {
+        "value": sp,
+        "bar": ">= 1.2",
+        "met": sp is not None and sp >= 1.2,
+    }
+    sd = float(np.hypot(p["final_accuracy"]["std"], u["final_accuracy"]["std"]) / np.sqrt(2))
+    d = m(p["final_accuracy"]) - m(u["final_accuracy"])
+    out["final_accuracy_vs_uniform"] = {
+        "value": d,
+        "bar": f">= -{sd:.3f} (pooled std)",
+        "met": d >= -sd,
+    }
+    worst = min(p["family_change_vs_uniform"].values())
+    out["worst_family_vs_uniform"] = {"value": worst, "bar": ">= -0.03", "met": worst >= -0.03}
+    r = m(p["ppm_pearson_r"])
+    out["ppm_pearson_r"] = {"value": r, "bar": ">= 0.6", "met": r is not None and r >= 0.6}
+    return out
+
+
+def run_bench(a: BenchArgs) -> dict:
+    """Run every arm, print the tables, write Parquet, plots and the summary; returns it."""
+    from rlstream.trainers.selection import report
+
+    with report.Live(a) as live:
+        pools = build_pools(a, live.status)
+        results: dict[str, dict[str, list]] = {}
+        for name, p in pools.items():
+            results[name] = {}
+            for sampler in a.sampler_names:
+                for seed in range(a.seeds):
+                    cb = live.arm(name, sampler, seed)
+                    res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, a.loop, cb)
+                    results[name].setdefault(sampler, []).append(res)
+    summary = {"config": report.config_dict(a), "pools": {}}
+    for name, runs in results.items():
+        summary["pools"][name] = pool_figures(runs, a)
+        summary["pools"][name]["pretrained_checkpoint_cached"] = pools[name]["cached"]
+    report.write(a, results, summary)
+    return summary

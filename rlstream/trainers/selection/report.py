@@ -1,0 +1,240 @@
+"""What `bench selection` shows and writes: a live progress bar, tables, Parquet, plots, JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from rlstream.trainers.selection import metrics as M
+
+
+class Live:
+    """Rich progress with one bar per phase and live figures of the running arm."""
+
+    def __init__(self, a):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.a = a
+        self.progress = Progress(
+            TextColumn("{task.description:<22}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[info]}"),
+            disable=not a.progress,
+        )
+        self.bars: dict[str, int] = {}
+        self.t0 = time.time()
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def status(self, phase: str):
+        def cb(step, total=None):
+            if isinstance(step, dict):  # a loop row (late warm-up)
+                step, total = step["step"], self.a.late_warmup
+            if phase not in self.bars:
+                self.bars[phase] = self.progress.add_task(phase, total=total, info="")
+            self.progress.update(self.bars[phase], completed=step)
+
+        return cb
+
+    def arm(self, pool: str, sampler: str, seed: int):
+        a = self.a
+        total = len(a.sampler_names) * a.seeds * a.steps
+        if pool not in self.bars:
+            self.bars[pool] = self.progress.add_task(f"RL {pool} pool", total=total, info="")
+        bar, last = self.bars[pool], {}
+
+        def cb(row: dict) -> None:
+            last.update({k: v for k, v in row.items() if k in ("greedy", "pass1")})
+            waste = row["wasted"] / max(1, row["rollouts"])
+            acc = f"greedy {last['greedy']:.3f}" if "greedy" in last else ""
+            info = (
+                f"{sampler} s{seed} step {row['step']}  reward {row['reward']:.2f}  "
+                f"wasted {waste:.2f}  rollouts {row['rollouts']}  {acc}"
+            )
+            self.progress.update(bar, advance=1, info=info)
+
+        return cb
+
+
+def config_dict(a) -> dict:
+    d = asdict(a)
+    d["loop"] = {k: v for k, v in d["loop"].items() if k != "ppm"} | {"ppm": asdict(a.loop.ppm)}
+    return d
+
+
+def _ms(d: dict, pct: bool = False, sign: bool = False, digits: int = 2) -> str:
+    if d is None or d.get("mean") is None:
+        return "-"
+    m, s = d["mean"], d["std"]
+    if pct:
+        return f"{m:+.1%} ± {s:.1%}" if sign else f"{m:.1%} ± {s:.1%}"
+    if math.isinf(m):
+        return "inf"
+    return f"{m:+.{digits}f} ± {s:.{digits}f}" if sign else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def pool_table(name: str, fig: dict, seeds: int) -> Table:
+    t = Table(
+        title=f"selection bench, pool '{name}': start {fig['start_accuracy']:.1%}, target "
+        f"{fig['target_accuracy']:.1%}, uniform zero-variance share "
+        f"{fig['uniform_zero_variance_share']['mean']:.2f} "
+        f"(first quarter {fig['uniform_zero_variance_share_first_quarter']['mean']:.2f}, "
+        f"last {fig['uniform_zero_variance_share_last_quarter']['mean']:.2f}); "
+        f"mean ± std over {seeds} seeds"
+    )
+    cols = [
+        "sampler",
+        "final acc",
+        "Δacc vs uniform",
+        "steps→target (reached)",
+        "step speedup",
+        "rollouts→target",
+        "rollout cut vs DAPO",
+        "wasted share",
+        "Δlatency/step",
+        "Δlatency/prompt",
+        "selection ms/step",
+        "PPM Brier",
+        "PPM r",
+    ]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "sampler" else "right")
+    for s, f in fig["samplers"].items():
+        sel = f["selection_s_per_step"]
+        t.add_row(
+            s,
+            _ms(f["final_accuracy"], pct=True),
+            _ms(f["accuracy_change_vs_uniform"], pct=True, sign=True),
+            f"{_ms(f['steps_to_target'], digits=1)} ({f['reached_target']})",
+            _ms(f["step_speedup_vs_uniform"]),
+            _ms(f["rollouts_to_target"], digits=0),
+            _ms(f["rollout_reduction_vs_dapo"], pct=True, sign=True),
+            _ms(f["wasted_rollout_share"]),
+            _ms(f["latency_change_per_step"], pct=True, sign=True),
+            _ms(f["latency_change_per_prompt"], pct=True, sign=True),
+            "-" if sel["mean"] is None else f"{1000 * sel['mean']:.0f}",
+            _ms(f.get("ppm_brier"), digits=3),
+            _ms(f.get("ppm_pearson_r")),
+        )
+    return t
+
+
+def family_table(name: str, fig: dict) -> Table:
+    fams = list(fig["samplers"]["uniform"]["final_by_family"])
+    t = Table(title=f"pool '{name}': final greedy accuracy per family (Δ vs uniform)")
+    t.add_column("sampler")
+    for f in fams:
+        t.add_column(f, justify="right")
+    for s, f in fig["samplers"].items():
+        t.add_row(
+            s,
+            *[
+                f"{f['final_by_family'][k]:.1%} ({f['family_change_vs_uniform'][k]:+.1%})"
+                for k in fams
+            ],
+        )
+    return t
+
+
+def floors_table(name: str, fig: dict) -> Table:
+    t = Table(title=f"pool '{name}': the issue's floors for the PPM sampler")
+    for c in ("floor", "value", "bar", "met"):
+        t.add_column(c)
+    for k, v in fig["floors"].items():
+        val = "-" if v["value"] is None else f"{v['value']:.3f}"
+        t.add_row(k, val, v["bar"], "yes" if v["met"] else "[bold red]NO[/]")
+    return t
+
+
+def print_tables(summary: dict, seeds: int) -> None:
+    con = Console()
+    for name, fig in summary["pools"].items():
+        con.print(pool_table(name, fig, seeds))
+        con.print(family_table(name, fig))
+        if fig["floors"]:
+            con.print(floors_table(name, fig))
+        al = fig["samplers"].get("ppm", {}).get("allocation")
+        if al:
+            con.print(
+                f"test-time allocation ({name}, held-out prompts, real PPM, equal budget): "
+                f"uniform {_ms(al['uniform_accuracy'], pct=True)}, PPM-guided "
+                f"{_ms(al['guided_accuracy'], pct=True)}; compute saved at uniform's accuracy "
+                f"{_ms(al['compute_saved'], pct=True)}"
+            )
+
+
+def write_parquet(results: dict, path: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for pool, runs in results.items():
+        for sampler, rs in runs.items():
+            for r in rs:
+                rows += [{"pool": pool, "sampler": sampler, "seed": r.seed} | x for x in r.rows]
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    table = pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in rows])
+    pq.write_table(table, path)
+    return path
+
+
+def plot_pool(name: str, runs: dict, fig: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    f, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    for sampler, rs in runs.items():
+        ev = [M.evals(r.rows) for r in rs]
+        n = min(len(e) for e in ev)
+        acc = np.array([[x["greedy"] for x in e[:n]] for e in ev])
+        steps = [x["step"] for x in ev[0][:n]]
+        roll = np.array([[x["rollouts"] for x in e[:n]] for e in ev]).mean(0)
+        (line,) = ax[0].plot(steps, acc.mean(0), "o-", ms=3, label=sampler)
+        ax[0].fill_between(steps, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
+        ax[1].plot(roll, acc.mean(0), "o-", ms=3, label=sampler, color=line.get_color())
+    for a_, xl in zip(ax, ("RL step", "rollouts spent (cumulative)"), strict=True):
+        a_.axhline(fig["target_accuracy"], ls="--", c="grey", lw=0.8, label="target")
+        a_.set_xlabel(xl), a_.set_ylabel("held-out greedy accuracy"), a_.legend(fontsize=8)
+    ax[0].set_title(f"{name} pool: accuracy vs steps (mean, min-max band)")
+    ax[1].set_title(f"{name} pool: accuracy vs rollouts")
+    f.tight_layout()
+    f.savefig(path, dpi=110)
+    plt.close(f)
+    return path
+
+
+def write(a, results: dict, summary: dict) -> None:
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_parquet(results, out / "records.parquet")
+    for name, runs in results.items():
+        plot_pool(name, runs, summary["pools"][name], out / f"accuracy_{name}.png")
+    text = json.dumps(summary, indent=2, default=float)
+    (out / "summary.json").write_text(text)
+    if a.summary:
+        Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.summary).write_text(text)
+    if a.progress:
+        print_tables(summary, a.seeds)

@@ -1,0 +1,129 @@
+"""The selection bench end to end on a tiny model, pool and budget: correctness, not speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from rlstream.trainers.selection.bench import BenchArgs, run_bench
+from rlstream.trainers.selection.loop import LoopArgs
+from rlstream.trainers.selection.policies import PretrainConfig
+
+TINY_PRE = PretrainConfig(max_steps=20, corpus_docs=2000, n_layer=1, n_head=2, n_embd=32)
+TINY_LOOP = LoopArgs(prompts_per_step=8, group_size=4, eval_every=1, pass1_every=2)
+HEADLINE = (
+    "step_speedup_vs_uniform",
+    "rollout_reduction_vs_dapo",
+    "ppm_pearson_r",
+    "final_accuracy",
+    "wasted_rollout_share",
+)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("selection-cache")
+
+
+def tiny(out, cache_dir, **kw) -> BenchArgs:
+    base = dict(
+        seeds=1,
+        steps=3,
+        pool_size=200,
+        eval_prompts=32,
+        late_warmup=2,
+        pretrain=TINY_PRE,
+        loop=TINY_LOOP,
+        cache_dir=str(cache_dir),
+        out=str(out),
+        summary=str(out / "summary.json"),
+        progress=False,
+    )
+    return BenchArgs(**(base | kw))
+
+
+def test_bench_records_invariants(tmp_path, cache_dir):
+    s = run_bench(tiny(tmp_path, cache_dir, samplers="uniform,dapo,ppm", pool="default"))
+    t = pq.read_table(tmp_path / "records.parquet").to_pylist()
+    assert {r["sampler"] for r in t} == {"uniform", "dapo", "ppm"}
+    for sampler in ("uniform", "dapo", "ppm"):
+        rows = [r for r in t if r["sampler"] == sampler]
+        assert [r["step"] for r in rows] == [0, 1, 2, 3]
+        rollouts = [r["rollouts"] for r in rows]
+        assert rollouts == sorted(rollouts) and rollouts[-1] > 0
+        assert all(r["wasted"] <= r["rollouts"] for r in rows)
+        assert all(r["trained_rollouts"] <= r["rollouts"] for r in rows)
+        assert all(r["greedy"] is not None for r in rows)  # eval_every=1
+    for r in (r for r in t if r["sampler"] == "dapo" and r["step"] > 0):
+        assert r["trained_zero_var_share"] == 0.0  # DAPO never trains a zero-variance group
+    for r in (r for r in t if r["sampler"] == "uniform"):
+        assert r["trained_rollouts"] == r["rollouts"]  # nothing discarded
+    pool = s["pools"]["default"]
+    for sampler in ("uniform", "dapo", "ppm"):
+        assert set(HEADLINE) <= set(pool["samplers"][sampler])
+    assert pool["samplers"]["ppm"]["ppm_calibration_prompts"] > 0
+    assert "compute_saved" in pool["samplers"]["ppm"]["allocation"]
+    assert pool["samplers"]["ppm"]["score_records"] > 0
+    assert set(pool["floors"]) >= {"wasted_share_vs_uniform", "ppm_pearson_r"}
+    assert (tmp_path / "accuracy_default.png").stat().st_size > 0
+    assert json.loads((tmp_path / "summary.json").read_text())["pools"]["default"]
+
+
+def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
+    summary = tmp_path / "s.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlstream.cli",
+        "bench",
+        "selection",
+        "--samplers",
+        "uniform,ppm",
+        "--seeds",
+        "1",
+        "--steps",
+        "2",
+        "--pool",
+        "both",
+        "--late-warmup",
+        "2",
+        "--pool-size",
+        "200",
+        "--eval-prompts",
+        "32",
+        "--pretrain-steps",
+        "20",
+        "--corpus-docs",
+        "2000",
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--prompts-per-step",
+        "8",
+        "--group-size",
+        "4",
+        "--eval-every",
+        "1",
+        "--pass1-every",
+        "1",
+        "--cache-dir",
+        str(cache_dir),
+        "--out",
+        str(tmp_path / "out"),
+        "--summary",
+        str(summary),
+        "--no-progress",
+    ]
+    subprocess.run(cmd, check=True, timeout=240)
+    s = json.loads(summary.read_text())
+    assert set(s["pools"]) == {"default", "late"}
+    for pool in s["pools"].values():
+        for name in ("uniform", "ppm"):
+            assert set(HEADLINE) <= set(pool["samplers"][name])
+        assert 0 <= pool["uniform_zero_variance_share"]["mean"] <= 1
+    assert (tmp_path / "out" / "records.parquet").exists()
