@@ -221,6 +221,41 @@ async def _run_rows(endpoints: Endpoints, event_name: str, run_id: str) -> list[
     return rows
 
 
+def latency(requests: list[dict], experience: list[dict]) -> dict:
+    """Request-to-experience latency per group (produced_at of the request to that of the
+    first experience row of its group), p50 and p99 in milliseconds."""
+    import numpy as np
+
+    asked = {r["request_id"]: r["produced_at"] for r in requests}
+    done: dict[str, object] = {}
+    for r in experience:
+        if r["request_id"] in asked:
+            done[r["request_id"]] = min(
+                done.get(r["request_id"], r["produced_at"]), r["produced_at"]
+            )
+    ms = [(t - asked[k]).total_seconds() * 1000 for k, t in done.items()]
+    if not ms:
+        return {"request_to_experience_p50_ms": None, "request_to_experience_p99_ms": None}
+    return {
+        "request_to_experience_p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "request_to_experience_p99_ms": round(float(np.percentile(ms, 99)), 1),
+    }
+
+
+def qdrant_figures(endpoints: Endpoints, cfg: LoopConfig) -> dict:
+    """Prompts with outcome statistics in the run's Qdrant collection (the environment state)."""
+    from rlstream.connectors.vectors import vector_client
+    from rlstream.streams.scheduler import collection_name
+
+    client = vector_client(endpoints)
+    try:
+        name = collection_name(cfg.run_id)
+        count = client.count(name).count if client.collection_exists(name) else 0
+    finally:
+        client.close()
+    return {"qdrant_prompts": count}
+
+
 def collect(endpoints: Endpoints, cfg: LoopConfig) -> dict:
     """The run's figures: the trainer's summary, and experience published vs archived."""
     import json
@@ -234,14 +269,13 @@ def collect(endpoints: Endpoints, cfg: LoopConfig) -> dict:
     archive = store.read_parquet_prefix(f"{cfg.run_id}/experience/")
     archived = archive.column("event_id").to_pylist() if archive.num_rows else []
     published_ids = {r["event_id"] for r in published}
-    return (
-        {"run_id": cfg.run_id}
-        | trainer
-        | {
-            "experience_published": len(published_ids),
-            "experience_messages_redelivered": len(published) - len(published_ids),
-            "experience_archived": len(archived),
-            "archive_duplicates": len(archived) - len(set(archived)),
-            "archive_matches_topic": set(archived) == published_ids,
-        }
-    )
+    requests = asyncio.run(_run_rows(endpoints, "rollout_requests", cfg.run_id))
+    figures = {"run_id": cfg.run_id, **trainer}
+    figures |= {
+        "experience_published": len(published_ids),
+        "experience_messages_redelivered": len(published) - len(published_ids),
+        "experience_archived": len(archived),
+        "archive_duplicates": len(archived) - len(set(archived)),
+        "archive_matches_topic": set(archived) == published_ids,
+    }
+    return figures | latency(requests, published) | qdrant_figures(endpoints, cfg)

@@ -39,6 +39,8 @@ class LoopConfig:
     """rollout requests in flight (issued, not yet trained on): the scheduler's pacing bound"""
     publish_every: int = 1
     """RL steps between policy versions published to the rollout workers"""
+    checkpoint_every: int = 10
+    """RL steps between trainer checkpoints (offsets are committed right after each)"""
     eval_interval: int = 25
     """RL steps between held-out evaluations"""
     eval_prompts: int = 256

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +93,59 @@ async def follow_trainer(endpoints: Endpoints, run_id: str, demand: Demand) -> N
         await c.stop()
 
 
+class EnvironmentState:
+    """Prompt vectors with running outcome statistics in Qdrant, one collection per run.
+
+    Upserts are batched (`flush_every` groups); the payload carries task, attempts, successes,
+    pass rate and the last policy version that tried the prompt, so the neighbourhood of an
+    unseen prompt can be looked up by similarity.
+    """
+
+    def __init__(self, endpoints: Endpoints, run_id: str, flush_every: int = 32):
+        from rlstream.connectors.vectors import VectorStore, vector_client
+        from rlstream.trainers.selection.features import make_featurizer
+
+        self.featurize = make_featurizer("text")
+        dim = self.featurize([Prompt("x", "0+0=", "add", 1, "0")]).shape[1]
+        self.store = VectorStore(vector_client(endpoints), collection_name(run_id), dim)
+        self.store.ensure()
+        self.stats: dict[str, dict] = {}
+        self.dirty: dict[str, Prompt] = {}
+        self.flush_every = flush_every
+
+    def observe(self, prompt: Prompt, rewards: list[float], policy_version: int) -> None:
+        s = self.stats.setdefault(
+            prompt.prompt_id, {"task": prompt.task, "attempts": 0, "successes": 0}
+        )
+        s["attempts"] += len(rewards)
+        s["successes"] += sum(r > 0.5 for r in rewards)
+        s["pass_rate"] = s["successes"] / s["attempts"]
+        s["last_policy_version"] = policy_version
+        self.dirty[prompt.prompt_id] = prompt
+        if len(self.dirty) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.dirty:
+            return
+        prompts = list(self.dirty.values())
+        vectors = self.featurize(prompts)
+        self.store.upsert(
+            [int(p.prompt_id, 16) for p in prompts],
+            vectors.tolist(),
+            [self.stats[p.prompt_id] | {"prompt_id": p.prompt_id} for p in prompts],
+        )
+        self.dirty.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.store.close()
+
+
+def collection_name(run_id: str) -> str:
+    return f"prompts-{run_id}"
+
+
 class Scheduler:
     def __init__(self, cfg: LoopConfig, endpoints: Endpoints, pool: list[Prompt]):
         self.cfg, self.endpoints = cfg, endpoints
@@ -98,6 +153,7 @@ class Scheduler:
         self.by_id = {p.prompt_id: p for p in pool}
         self.issued_rounds = 0
         self.rewards: dict[str, list[float]] = defaultdict(list)
+        self.env_state = EnvironmentState(endpoints, cfg.run_id)
 
     def request_rows(self, prompts: list[Prompt], round_: int) -> list[dict]:
         return [
@@ -169,8 +225,10 @@ class Scheduler:
             self.rewards[r["request_id"]].append(r["reward"])
             if len(self.rewards[r["request_id"]]) == r["group_size"]:
                 prompt = self.by_id.get(r["prompt_id"])
+                rewards = self.rewards.pop(r["request_id"])
                 if prompt is not None:
-                    self.sampler.update([prompt], [self.rewards.pop(r["request_id"])])
+                    self.sampler.update([prompt], [rewards])
+                    self.env_state.observe(prompt, rewards, r["policy_version"])
 
 
 def _strings(values: list[str]):
@@ -187,12 +245,15 @@ async def serve(cfg: LoopConfig, endpoints: Endpoints) -> None:
     scheduler = Scheduler(cfg, endpoints, pool)
     log.info("scheduler: %d prompts in the pool, sampler %s", len(pool), cfg.sampler)
     demand = Demand()
-    async with EventProducer(endpoints) as producer:
-        await asyncio.gather(
-            follow_trainer(endpoints, cfg.run_id, demand),
-            scheduler.issue(producer, demand),
-            scheduler.learn_from_rewards(demand),
-        )
+    try:
+        async with EventProducer(endpoints) as producer:
+            await asyncio.gather(
+                follow_trainer(endpoints, cfg.run_id, demand),
+                scheduler.issue(producer, demand),
+                scheduler.learn_from_rewards(demand),
+            )
+    finally:
+        scheduler.env_state.close()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -200,7 +261,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    asyncio.run(serve(LoopConfig.read(args.config), Endpoints.from_env()))
+    asyncio.run(_until_terminated(serve(LoopConfig.read(args.config), Endpoints.from_env())))
+
+
+async def _until_terminated(coro) -> None:
+    """Run coro; SIGTERM cancels it so its cleanup (the Qdrant flush) runs."""
+    task = asyncio.ensure_future(coro)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ from rlstream.trainers.samplers import UniformSampler
 
 log = logging.getLogger(__name__)
 CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
-CHECKPOINT_EVERY = 10
 
 
 def local_args(cfg: LoopConfig) -> Args:
@@ -110,19 +109,36 @@ class StreamTrainer:
         self.counters = defaultdict(float)
         self.pending: dict[str, dict[int, dict]] = defaultdict(dict)
         self.ready: list[list[dict]] = []
+        self.trained_ids: list[str] = []
 
     def state(self) -> dict:
-        return self.run.state_dict() | {
-            "stream": {"seen": sorted(self.seen), "counters": dict(self.counters)}
+        """The run's state plus the stream's: ids seen, rows taken but not trained yet (their
+        offsets are committed with this checkpoint), the ids trained, and counters."""
+        pending = {rid: list(group.values()) for rid, group in self.pending.items()}
+        stream = {
+            "seen": sorted(self.seen),
+            "counters": dict(self.counters),
+            "pending": pending,
+            "ready": self.ready,
+            "trained_ids": self.trained_ids,
         }
+        return self.run.state_dict() | {"stream": stream}
 
     def restore(self) -> bool:
         ck = latest_checkpoint(self.ckpts)
         if ck is None:
             return False
         self.run.load_state_dict(ck)
-        self.seen = set(ck["stream"]["seen"])
-        self.counters.update(ck["stream"]["counters"])
+        stream = ck["stream"]
+        self.seen = set(stream["seen"])
+        self.counters.update(stream["counters"])
+        self.pending.update(
+            {rid: {r["sample_idx"]: r for r in rows} for rid, rows in stream["pending"].items()}
+        )
+        self.ready = stream["ready"]
+        self.trained_ids = stream["trained_ids"]
+        if self.run.learner is not None:
+            self.bound_lag()
         log.info("resumed at step %d (phase %s)", self.run.step, self.run.phase)
         return True
 
@@ -177,7 +193,12 @@ class StreamTrainer:
                 await self.emit_metrics(producer, "pretrain", run.pre_step, row)
         run.pretrain_eval = await self.emit_eval(producer, "pretrain")
         run.start_rl()
+        self.bound_lag()
         self.checkpoint()
+
+    def bound_lag(self) -> None:
+        """The loop's staleness bound is the learner's (it drops and counts stale groups)."""
+        self.run.learner.args.max_policy_lag = self.cfg.max_policy_lag
 
     def take(self, rows: list[dict]) -> None:
         for row in rows:
@@ -193,6 +214,9 @@ class StreamTrainer:
 
     def update(self, groups: list[list[dict]]) -> dict:
         run = self.run
+        for group in groups:  # versions behind the trainer when trained (dropped ones included)
+            lag = self._version() - group[0]["policy_version"]
+            self.counters[f"lag_{lag}"] += 1
         run.backend.set_lr(
             CosineSchedule(self.cfg.rl_lr, 0, self.cfg.rl_steps, self.cfg.rl_lr / 10)(run.rl_step)
         )
@@ -200,6 +224,15 @@ class StreamTrainer:
         self.counters["stale_dropped"] += metrics["dropped_groups"]
         self.counters["groups_consumed"] += len(groups)
         trained = len(groups) - metrics["dropped_groups"]
+        if trained:
+            stale = {
+                g[0]["request_id"]
+                for g in groups
+                if self._version() - 1 - g[0]["policy_version"] > self.cfg.max_policy_lag
+            }
+            self.trained_ids += [
+                r["event_id"] for g in groups for r in g if g[0]["request_id"] not in stale
+            ]
         self.counters["experience_trained"] += trained * self.cfg.group_size
         if trained:
             run.rl_step += 1
@@ -268,7 +301,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
             if run.rl_step % cfg.eval_interval == 0 or run.rl_step == cfg.rl_steps:
                 result = await trainer.emit_eval(producer, "rl")
                 log.info("rl step %d greedy %.3f", run.rl_step, result["greedy"])
-            if run.rl_step % CHECKPOINT_EVERY == 0 or run.rl_step == cfg.rl_steps:
+            if run.rl_step % cfg.checkpoint_every == 0 or run.rl_step == cfg.rl_steps:
                 await asyncio.to_thread(trainer.checkpoint)
                 await c.commit()  # offsets only after the checkpoint that covers them
         counters["wall_rl_s"] = time.monotonic() - started
@@ -341,11 +374,14 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         "rl_steps": run.rl_step,
         "experience_trained": int(c["experience_trained"]),
         "duplicates_skipped": int(c["duplicates_skipped"]),
-        "duplicates_trained": 0,  # by construction: ids are de-duplicated before training
+        "duplicates_trained": len(trainer.trained_ids) - len(set(trainer.trained_ids)),
         "stale_dropped": int(c["stale_dropped"]),
         "groups_consumed": int(c["groups_consumed"]),
         "corpus_fed": int(c["corpus_fed"]),
         "trainer_idle_share": round(c["idle_s"] / wall, 4) if wall else None,
+        "policy_lag_histogram": {
+            int(k[4:]): int(v) for k, v in sorted(c.items()) if k.startswith("lag_")
+        },
     }
 
 

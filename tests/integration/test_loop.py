@@ -78,6 +78,25 @@ def test_the_loop_completes_and_reports(loop_run):
     ):
         assert key in figures, key
     assert figures["experience_trained"] == STEPS * P * G - figures["stale_dropped"] * G
+    assert sum(figures["policy_lag_histogram"].values()) == figures["groups_consumed"]
+    assert 0 < figures["request_to_experience_p50_ms"] <= figures["request_to_experience_p99_ms"]
+
+
+def test_environment_state_is_in_qdrant(loop_run):
+    from rlstream.connectors.vectors import vector_client
+    from rlstream.streams.scheduler import collection_name
+
+    figures, _, _ = loop_run
+    assert figures["qdrant_prompts"] > 0
+    client = vector_client(Endpoints.from_env())
+    try:
+        points, _ = client.scroll(collection_name("loop-it"), limit=50, with_payload=True)
+    finally:
+        client.close()
+    for point in points:
+        stats = point.payload
+        assert stats["attempts"] % G == 0 and 0 <= stats["successes"] <= stats["attempts"]
+        assert stats["pass_rate"] == stats["successes"] / stats["attempts"]
 
 
 def test_every_request_yields_g_rollouts_g_rewards_and_one_group(loop_run):
@@ -215,3 +234,59 @@ async def _topic_rows(topic: str) -> list[dict]:
     async for record in read_topic(Endpoints.from_env(), topic, ReadRange()):
         rows += decode(record.value, record.headers).to_pylist()
     return rows
+
+
+def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_home, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    run_id, steps = "loop-crash", 8
+    summary = tmp_path / "summary.json"
+    args = [
+        sys.executable,
+        "-m",
+        "rlstream.cli",
+        "run",
+        "--rl-steps",
+        str(steps),
+        "--run-id",
+        run_id,
+        "--out",
+        str(tmp_path),
+        "--summary",
+        str(summary),
+        *SMALL,
+        "--set",
+        "checkpoint_every=2",
+    ]
+    run = subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            rows = asyncio.run(_run_rows(Endpoints.from_env(), "policy_versions", run_id))
+            if any(r["phase"] == "rl" and r["step"] >= 3 for r in rows):
+                break
+            time.sleep(1)
+        trainers = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "rlstream.streams.trainer" in " ".join(p.info["cmdline"] or [])
+            and f"{run_id}/loop.json" in " ".join(p.info["cmdline"] or [])
+        ]
+        assert len(trainers) == 1
+        os.kill(trainers[0].pid, signal.SIGKILL)
+        assert run.wait(600) == 0, run.stderr.read()[-3000:]
+    finally:
+        if run.poll() is None:
+            run.kill()
+    figures = json.loads(summary.read_text())
+    assert figures["restarts"] == {"trainer": 1}
+    assert figures["completed"] and figures["rl_steps"] == steps
+    assert figures["duplicates_trained"] == 0 and figures["archive_matches_topic"]
