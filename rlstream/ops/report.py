@@ -22,12 +22,16 @@ def plot_run(view: RunView, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    ax = axes[0][0]
-    ax.plot(*_series(view.evals, "pretrain", "val_loss"), label="pre-train val loss")
-    ax.set_xlabel("pre-training step")
-    ax2 = ax.twiny()
-    ax2.plot(*_series(view.evals, "rl", "pg_loss"), color="tab:orange", label="RL policy loss")
-    ax.set_title("loss per phase (blue: pre-train, orange: RL)")
+    ax = axes[0][0]  # the two phases one after the other on one step axis, each its own scale
+    pre_x, pre_y = _series(view.evals, "pretrain", "val_loss")
+    ax.plot(pre_x, pre_y, color="tab:blue", label="pre-train val loss")
+    ax.set(title="loss per phase", xlabel="step (pre-training, then RL)")
+    ax.set_ylabel("pre-train val loss", color="tab:blue")
+    rl_x, rl_y = _series(view.evals, "rl", "pg_loss")
+    offset = max(pre_x, default=0)
+    ax_rl = ax.twinx()
+    ax_rl.plot([offset + x for x in rl_x], rl_y, color="tab:orange", lw=0.8)
+    ax_rl.set_ylabel("RL policy loss", color="tab:orange")
     axes[0][1].plot(*_series(view.evals, "rl", "reward"))
     axes[0][1].set(title="batch reward", xlabel="RL step")
     for metric in ("greedy", "pass1"):

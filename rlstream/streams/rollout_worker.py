@@ -4,7 +4,8 @@
 
 Every worker follows rl.policy_versions.v1 on its own (no group) and generates with the newest
 weights; the request stream is shared by the group, so adding a worker needs no configuration.
-Each request's G rollouts leave in one message (one key), which keeps the group together.
+A message's requests are sampled in one batch; each group's G rollouts share a key, so a
+group never spans messages.
 """
 
 from __future__ import annotations
@@ -95,12 +96,16 @@ def build(cfg: LoopConfig, endpoints: Endpoints, worker_id: str) -> faust.App:
             if not requests:
                 continue
             await follower.ready.wait()
-            for request in requests:  # one message per group: one key, one partition
-                rows = rollout_rows([request], follower.policy, cfg, worker_id, generator)
+            policy = follower.policy  # one policy for the whole message, even if a new one lands
+            by_size: dict[int, list[dict]] = {}
+            for request in requests:
+                by_size.setdefault(request["group_size"], []).append(request)
+            for same_size in by_size.values():  # all groups of a message in one sampling batch
+                rows = rollout_rows(same_size, policy, cfg, worker_id, generator)
                 batch = rows_to_batch(
-                    ROLLOUTS, rows, run_id=cfg.run_id, policy_version=follower.policy.version
+                    ROLLOUTS, rows, run_id=cfg.run_id, policy_version=policy.version
                 )
-                await glue.emit(ROLLOUTS, batch)
+                await glue.emit(ROLLOUTS, batch)  # split by key: a group never spans messages
 
     return app
 
