@@ -549,6 +549,47 @@ def reprocess(
     write_summary(summary, report.__dict__)
 
 
+@bench_app.command("loop")
+def bench_loop(
+    rl_steps: int = typer.Option(150, min=1, help="RL updates."),
+    workers: int = typer.Option(2, min=1, max=8, help="Rollout worker processes."),
+    out: Path = typer.Option(Path("runs"), help="Where the run's report goes."),
+    overrides: list[str] = typer.Option([], "--set", help="Loop setting NAME=VALUE."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """A default streaming run, measured: trainer idle share, request-to-experience latency,
+    policy-lag histogram, messages/s per topic."""
+    from datetime import UTC, datetime
+
+    from rlstream.ops.loop import run_loop
+    from rlstream.streams.config import LoopConfig
+
+    rid = datetime.now(UTC).strftime("bench-%Y%m%d-%H%M%S")
+    cfg = _apply_overrides(
+        LoopConfig(run_id=rid, rl_steps=rl_steps, rollout_workers=workers), overrides
+    )
+    figures = run_loop(cfg, out)
+    idle = figures.get("trainer_idle_share")
+    table = Table("figure", "value", "target", title=f"streaming loop, {workers} rollout workers")
+    verdict = "-" if idle is None else ("[green]met[/]" if idle < 0.2 else "[red]missed[/]")
+    table.add_row("trainer idle share", f"{idle}", f"< 0.20 {verdict}")
+    table.add_row(
+        "request -> experience p50 (ms)", str(figures["request_to_experience_p50_ms"]), ""
+    )
+    table.add_row(
+        "request -> experience p99 (ms)", str(figures["request_to_experience_p99_ms"]), ""
+    )
+    table.add_row(
+        "policy lag histogram (versions: groups)", str(figures.get("policy_lag_histogram")), ""
+    )
+    for topic, rate in sorted(figures.get("messages_per_s", {}).items()):
+        table.add_row(f"messages/s {topic}", f"{rate}", "")
+    table.add_row("final held-out greedy accuracy", str(figures.get("final_accuracy")), "")
+    table.add_row("wall s", str(figures["wall_s"]), "")
+    console.print(table)
+    write_summary(summary, figures)
+
+
 @bench_app.command("broker")
 def bench_broker(
     messages: int = typer.Option(2000, min=10, help="Messages per repeat and arm."),

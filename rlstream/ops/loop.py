@@ -221,6 +221,19 @@ async def _run_rows(endpoints: Endpoints, event_name: str, run_id: str) -> list[
     return rows
 
 
+def rl_rates(view) -> dict[str, float]:
+    """Mean messages/s per topic over the RL phase (first to last sample with experience)."""
+    samples = [(t, c) for t, c in view.throughput if c.get(get("experience").topic, 0) > 0]
+    if len(samples) < 2:
+        return {}
+    (t0, c0), (t1, c1) = samples[0], samples[-1]
+    return {
+        topic.split(".")[1]: round((c1[topic] - c0.get(topic, 0)) / (t1 - t0), 2)
+        for topic in c1
+        if c1[topic] > c0.get(topic, 0)
+    }
+
+
 def latency(requests: list[dict], experience: list[dict]) -> dict:
     """Request-to-experience latency per group (produced_at of the request to that of the
     first experience row of its group), p50 and p99 in milliseconds."""
