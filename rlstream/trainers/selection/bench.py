@@ -14,6 +14,7 @@ Target accuracy (per pool, unless `target_accuracy` is given): the starting accu
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,7 +34,7 @@ class BenchArgs:
     """comma-separated registered samplers (uniform and dapo are the baselines)"""
     seeds: int = 3
     """seeds per sampler (seed s of every sampler starts from the same checkpoint)"""
-    steps: int = 60
+    steps: int = 40
     """RL steps per arm"""
     pool: str = "both"
     """default, late or both"""
@@ -237,6 +238,7 @@ def run_bench(a: BenchArgs) -> dict:
     """Run every arm, print the tables, write Parquet, plots and the summary; returns it."""
     from rlstream.trainers.selection import report
 
+    t0 = time.time()
     with report.Live(a) as live:
         pools = build_pools(a, live.status)
         results: dict[str, dict[str, list]] = {}
@@ -247,7 +249,9 @@ def run_bench(a: BenchArgs) -> dict:
                     cb = live.arm(name, sampler, seed)
                     res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, a.loop, cb)
                     results[name].setdefault(sampler, []).append(res)
-    summary = {"config": report.config_dict(a), "pools": {}}
+                    live.done(name, res)
+                    report.save_arm(a, name, res)
+    summary = {"config": report.config_dict(a), "wall_s": time.time() - t0, "pools": {}}
     for name, runs in results.items():
         summary["pools"][name] = pool_figures(runs, a)
         summary["pools"][name]["pretrained_checkpoint_cached"] = pools[name]["cached"]

@@ -15,7 +15,7 @@ def register(bench_app: typer.Typer) -> None:
     def bench_selection(
         samplers: str = typer.Option("uniform,dapo,greso,mopps,ppm", help="samplers to compare"),
         seeds: int = typer.Option(3, help="seeds per sampler"),
-        steps: int = typer.Option(None, help="RL steps per arm [default: 60; --quick 30]"),
+        steps: int = typer.Option(None, help="RL steps per arm [default: 40; --quick 30]"),
         pool: str = typer.Option("both", help="default | late | both"),
         task: str = typer.Option(
             "add,sub", help="task mix (e.g. add,sub or add:2,mul@1-2) or rg:<reasoning-gym name>"
@@ -57,7 +57,7 @@ def register(bench_app: typer.Typer) -> None:
             a = BenchArgs(
                 samplers=samplers,
                 seeds=seeds,
-                steps=steps or 60,
+                steps=steps or 40,
                 pool=pool,
                 task=task,
                 target_accuracy=target_accuracy,

@@ -55,6 +55,15 @@ class Live:
 
         return cb
 
+    def done(self, pool: str, res) -> None:
+        """One line per finished arm (what a log file of a non-terminal run shows)."""
+        r = res.rows[-1]
+        self.progress.console.print(
+            f"[{time.time() - self.t0:6.0f} s] {pool} {res.sampler} seed {res.seed}: "
+            f"greedy {r.get('greedy', float('nan')):.3f}, rollouts {r['rollouts']}, "
+            f"wasted {r['wasted'] / max(1, r['rollouts']):.2f}"
+        )
+
     def arm(self, pool: str, sampler: str, seed: int):
         a = self.a
         total = len(a.sampler_names) * a.seeds * a.steps
@@ -73,6 +82,16 @@ class Live:
             self.progress.update(bar, advance=1, info=info)
 
         return cb
+
+
+def save_arm(a, pool: str, res) -> Path:
+    """One finished arm as JSON (rows, calibration, allocation) under out/arms/: a crash later
+    in the run loses nothing measured."""
+    path = Path(a.out) / "arms" / f"{pool}_{res.sampler}_{res.seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keep = {k: v for k, v in res.__dict__.items() if k != "policy"}
+    path.write_text(json.dumps(keep, default=float))
+    return path
 
 
 def config_dict(a) -> dict:
