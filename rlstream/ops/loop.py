@@ -9,6 +9,7 @@ offsets), shows a live view, and when the trainer is done writes the report.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,7 @@ class Child:
     argv: list[str]
     log: Path
     proc: subprocess.Popen | None = None
+    metrics_port: int = 0
     restarts: int = 0
     finished: bool = False
 
@@ -102,7 +104,15 @@ class Supervisor:
             )
             for i in range(1, self.workers + 1)
         ]
-        self.children = [Child(n, a, self.log_dir / f"{n}.log") for n, a in specs]
+        ports = procs.free_ports(len(specs))
+        self.children = [
+            Child(n, a, self.log_dir / f"{n}.log", metrics_port=port)
+            for (n, a), port in zip(specs, ports, strict=True)
+        ]
+
+    def metrics_endpoints(self) -> dict[str, str]:
+        """Where each process serves its Prometheus metrics."""
+        return {c.name: f"http://127.0.0.1:{c.metrics_port}/metrics" for c in self.children}
 
     def _group(self, role: str) -> str:
         return LoopConfig.read(self.cfg_path).group(role)
@@ -113,7 +123,8 @@ class Supervisor:
             self._spawn(child)
 
     def _spawn(self, child: Child) -> None:
-        child.proc = procs.spawn(child.argv, log=child.log, env=self.env)
+        env = self.env | {"RLSTREAM_METRICS_PORT": str(child.metrics_port)}
+        child.proc = procs.spawn(child.argv, log=child.log, env=env)
 
     def poll(self) -> list[str]:
         """Restart crashed children; return events worth telling the user."""
@@ -181,6 +192,7 @@ def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3
         watcher = RunWatcher(endpoints, cfg.run_id).start()
         sup = Supervisor(cfg_path, child_env(endpoints, cfg), out / "logs", cfg.rollout_workers)
         sup.start()
+        (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
         try:
             ok = wait_for_trainer(
                 sup, lambda news: on_tick and on_tick(watcher.view, sup, news), timeout_s
@@ -271,7 +283,6 @@ def qdrant_figures(endpoints: Endpoints, cfg: LoopConfig) -> dict:
 
 def collect(endpoints: Endpoints, cfg: LoopConfig) -> dict:
     """The run's figures: the trainer's summary, and experience published vs archived."""
-    import json
 
     from rlstream.connectors.objectstore import ObjectStore
 

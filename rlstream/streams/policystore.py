@@ -9,6 +9,7 @@ import logging
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer, topic_partitions
 from rlstream.connectors.objectstore import ObjectStore
+from rlstream.ops import metrics
 from rlstream.schemas import DecodeError, decode, get, rows_to_batch
 from rlstream.trainers.policy import Policy, policy_from_bytes, policy_to_bytes
 
@@ -93,5 +94,6 @@ class PolicyFollower:
         data = await asyncio.to_thread(self.store.get_bytes, name)
         self.policy = policy_from_bytes(data)
         self.loads += 1
+        metrics.POLICY_VERSION.labels("rollout_worker").set(self.policy.version)
         self.ready.set()
         log.info("loaded policy version %d", self.policy.version)

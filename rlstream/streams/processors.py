@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import faust
 
 from rlstream.connectors.objectstore import ObjectStore, experience_object
+from rlstream.ops import metrics
 from rlstream.schemas import get, rows_to_batch
 from rlstream.streams.app import Glue, raw_topic
 from rlstream.trainers.experience import assemble_experience, complete_groups, score_rollouts
@@ -51,6 +52,7 @@ def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> N
             decoded = await glue.decode(event)
             if decoded is None:
                 continue
+            metrics.PROCESSOR_EVENTS.labels("score_rollouts").inc()
             rows = score_rollouts(decoded.to_pylist(), cfg.reward_fn, cfg.verifier)
             if rows:
                 await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
@@ -73,6 +75,7 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
             decoded = await glue.decode(event)
             if decoded is None:
                 continue
+            metrics.PROCESSOR_EVENTS.labels("assemble_experience").inc()
             kind = decoded.event.name  # "rollouts" or "rewards"
             for request_id, rows in _by_request(decoded.to_pylist()).items():
                 key = request_id.encode()

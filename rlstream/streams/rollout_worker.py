@@ -21,6 +21,7 @@ import faust
 import torch
 
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.ops import metrics
 from rlstream.schemas import get, rows_to_batch
 from rlstream.streams.app import Glue, make_app, raw_topic
 from rlstream.streams.config import LoopConfig
@@ -102,6 +103,7 @@ def build(cfg: LoopConfig, endpoints: Endpoints, worker_id: str) -> faust.App:
                 by_size.setdefault(request["group_size"], []).append(request)
             for same_size in by_size.values():  # all groups of a message in one sampling batch
                 rows = rollout_rows(same_size, policy, cfg, worker_id, generator)
+                metrics.ROLLOUTS_GENERATED.inc(len(rows))
                 batch = rows_to_batch(
                     ROLLOUTS, rows, run_id=cfg.run_id, policy_version=policy.version
                 )
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = LoopConfig.read(args.config)
     torch.set_num_threads(cfg.threads)
     app = build(cfg, Endpoints.from_env(), args.worker_id)
+    metrics.serve_from_env()
     sys.argv = sys.argv[:1]
     faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer, topic_partitions
 from rlstream.connectors.reading import ReadRange, read_topic
+from rlstream.ops import metrics
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams.config import LoopConfig
 from rlstream.trainers.envs import Prompt
@@ -176,6 +177,7 @@ class Scheduler:
         cfg = self.cfg
         while not demand.done:
             in_flight = self.issued_rounds * cfg.prompts_per_step - demand.groups_consumed
+            metrics.SCHEDULER_IN_FLIGHT.set(in_flight)
             if in_flight + cfg.prompts_per_step > max(cfg.target_in_flight, cfg.prompts_per_step):
                 await asyncio.sleep(0.05)
                 continue
@@ -197,6 +199,7 @@ class Scheduler:
                 policy_version=demand.rl_step,
             )
             await producer.send(REQUESTS, batch)
+            metrics.SCHEDULER_REQUESTS.inc(len(prompts))
             self.issued_rounds += 1
 
     async def learn_from_rewards(self, demand: Demand) -> None:
@@ -261,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
+    metrics.serve_from_env()
     asyncio.run(_until_terminated(serve(LoopConfig.read(args.config), Endpoints.from_env())))
 
 

@@ -28,6 +28,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
 from rlstream.connectors.reading import ReadRange, read_topic
+from rlstream.ops import metrics as prom
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams.config import LoopConfig
 from rlstream.streams.policystore import publish_policy
@@ -148,6 +149,9 @@ class StreamTrainer:
     async def emit_eval(self, producer: EventProducer, phase: str) -> dict:
         result = await asyncio.to_thread(self.run.evaluate)
         rows = eval_rows(self.run.rl_step, phase, result, self.cfg.eval_prompts)
+        for name in ("greedy", "pass1"):
+            if name in result:
+                prom.TRAINER_ACCURACY.labels(name).set(result[name])
         await producer.send(
             EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id, policy_version=self._version())
         )
@@ -188,6 +192,7 @@ class StreamTrainer:
         run.corpus = Corpus(docs + run.added_docs, run.tok, run.args.block_size)
         while run.phase == "pretrain":
             row = await asyncio.to_thread(pretrain_step, run)
+            prom.TRAINER_STEPS.labels("pretrain").inc()
             if "val_loss" in row:
                 log.info("pretrain step %d val_loss %.4f", run.pre_step, row["val_loss"])
                 await self.emit_metrics(producer, "pretrain", run.pre_step, row)
@@ -204,6 +209,7 @@ class StreamTrainer:
         for row in rows:
             if row["event_id"] in self.seen:
                 self.counters["duplicates_skipped"] += 1
+                prom.TRAINER_DUPLICATES.inc()
                 continue
             self.seen.add(row["event_id"])
             group = self.pending[row["request_id"]]
@@ -222,6 +228,7 @@ class StreamTrainer:
         )
         metrics = run.learner.step(to_experience(groups))
         self.counters["stale_dropped"] += metrics["dropped_groups"]
+        prom.TRAINER_STALE_GROUPS.inc(metrics["dropped_groups"])
         self.counters["groups_consumed"] += len(groups)
         trained = len(groups) - metrics["dropped_groups"]
         if trained:
@@ -235,6 +242,10 @@ class StreamTrainer:
             ]
         self.counters["experience_trained"] += trained * self.cfg.group_size
         if trained:
+            prom.TRAINER_STEPS.labels("rl").inc()
+            prom.POLICY_VERSION.labels("trainer").set(self._version())
+            if "grad_norm" in metrics:
+                prom.TRAINER_GRAD_NORM.set(metrics["grad_norm"])
             run.rl_step += 1
             run.rollouts += trained * self.cfg.group_size
         return metrics
@@ -280,6 +291,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                     )
                     last_signal = time.monotonic()
             counters["idle_s"] += time.monotonic() - waited
+            prom.TRAINER_IDLE_SECONDS.inc(time.monotonic() - waited)
             batch, trainer.ready = (
                 trainer.ready[: cfg.prompts_per_step],
                 trainer.ready[cfg.prompts_per_step :],
@@ -390,6 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s trainer %(message)s")
+    prom.serve_from_env()
     summary = asyncio.run(serve(LoopConfig.read(args.config), Endpoints.from_env()))
     print(json.dumps(summary), flush=True)
 

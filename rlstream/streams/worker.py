@@ -15,6 +15,7 @@ import faust
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
+from rlstream.ops import metrics
 from rlstream.streams.app import Glue, make_app
 from rlstream.streams.processors import PROCESSORS, ProcessorConfig
 
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = ProcessorConfig(args.source, args.sink, args.verifier, store=store)
     app = build(args.app_id, args.processors, cfg, endpoints)
     logging.basicConfig(level=args.loglevel)
+    metrics.serve_from_env()
     worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
     sys.argv = sys.argv[:1]  # faust's Worker parses argv too
     worker.execute_from_commandline()
