@@ -39,7 +39,7 @@ async def seed_topics(endpoints: Endpoints, cfg: LoopConfig, batch_rows: int = 2
     ]
     docs = build_corpus(mix, cfg.corpus_docs, Args.flaw_rate, cfg.seed, cfg.seed)
     corpus = [
-        {"doc_id": make_event_id("doc", cfg.run_id, i), "text": d, "source": "generator"}
+        {"doc_id": f"{cfg.run_id}-doc-{i:08d}", "text": d, "source": "generator"}
         for i, d in enumerate(docs)
     ]
     async with EventProducer(endpoints) as producer:

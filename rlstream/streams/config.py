@@ -15,9 +15,9 @@ class LoopConfig:
     """task mix (see rlstream.trainers.envs.TaskMix)"""
     seed: int = 0
     """seed of splits, corpus, init and sampling"""
-    pool_size: int = 4000
+    pool_size: int = 20_000
     """train prompts published to rl.prompts.v1 (the scheduler's pool)"""
-    corpus_docs: int = 60_000
+    corpus_docs: int = 100_000
     """pre-training documents published to rl.corpus.v1"""
     pretrain_max_steps: int = 1000
     """cap on pre-training steps (the plateau detector may stop earlier)"""

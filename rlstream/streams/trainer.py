@@ -64,14 +64,20 @@ def local_args(cfg: LoopConfig) -> Args:
 
 
 async def load_corpus(endpoints: Endpoints, run_id: str) -> list[str]:
-    docs: dict[str, str] = {}
+    """The run's documents in generation order (ids sort by index; partitions interleave on
+    the wire), so the streamed pre-training sees the corpus the in-process loop would."""
+    docs: dict[tuple[bool, str], str] = {}
     async for record in read_topic(endpoints, CORPUS.topic, ReadRange()):
         try:
             rows = decode(record.value, record.headers).to_pylist()
         except DecodeError:
             continue
-        docs.update((r["doc_id"], r["text"]) for r in rows if r["run_id"] == run_id)
-    return list(docs.values())
+        docs.update(
+            ((r["source"] != "generator", r["doc_id"]), r["text"])
+            for r in rows
+            if r["run_id"] == run_id
+        )
+    return [docs[k] for k in sorted(docs)]  # generated documents first, then fed-back ones
 
 
 def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
