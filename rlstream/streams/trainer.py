@@ -190,6 +190,20 @@ class StreamTrainer:
     def policy(self) -> Policy:
         return Policy(self.run.model, self.run.tok, self._version())
 
+    async def announce(self, producer: EventProducer, phase: str = "rl", upload: bool = True):
+        """Publish the current policy version (weights to S3 first unless upload=False, which
+        only refreshes the scheduler's demand signal)."""
+        await publish_policy(
+            producer,
+            self.store,
+            self.cfg.run_id,
+            self.policy(),
+            self.run.rl_step,
+            phase,
+            int(self.counters["groups_consumed"]),
+            upload=upload,
+        )
+
     async def pretrain(self, producer: EventProducer) -> None:
         run = self.run
         docs = await load_corpus(self.endpoints, self.cfg.run_id)
@@ -263,16 +277,8 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
     c = consumer(trainer.endpoints, EXPERIENCE.topic, group_id=cfg.group("trainer"))
     await c.start()
     try:
-        await publish_policy(
-            producer,
-            trainer.store,
-            cfg.run_id,
-            trainer.policy(),
-            run.rl_step,
-            "rl",
-            int(counters["groups_consumed"]),
-        )
-        started, last_signal = time.monotonic(), time.monotonic()
+        await trainer.announce(producer)
+        started = last_signal = time.monotonic()
         while run.rl_step < cfg.rl_steps:
             waited = time.monotonic()
             while len(trainer.ready) < cfg.prompts_per_step:
@@ -285,16 +291,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                             continue
                         trainer.take([r for r in rows if r["run_id"] == cfg.run_id])
                 if time.monotonic() - last_signal > 2.0:  # keep the scheduler's demand fresh
-                    await publish_policy(
-                        producer,
-                        trainer.store,
-                        cfg.run_id,
-                        trainer.policy(),
-                        run.rl_step,
-                        "rl",
-                        int(counters["groups_consumed"]),
-                        upload=False,
-                    )
+                    await trainer.announce(producer, upload=False)
                     last_signal = time.monotonic()
             counters["idle_s"] += time.monotonic() - waited
             prom.TRAINER_IDLE_SECONDS.inc(time.monotonic() - waited)
@@ -306,15 +303,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
             await trainer.emit_metrics(producer, "rl", run.rl_step, metrics)
             await feed_corpus(trainer, producer, batch)
             if run.rl_step % cfg.publish_every == 0 or metrics["dropped_groups"]:
-                await publish_policy(
-                    producer,
-                    trainer.store,
-                    cfg.run_id,
-                    trainer.policy(),
-                    run.rl_step,
-                    "rl",
-                    int(counters["groups_consumed"]),
-                )
+                await trainer.announce(producer)
                 last_signal = time.monotonic()
             if run.rl_step % cfg.eval_interval == 0 or run.rl_step == cfg.rl_steps:
                 result = await trainer.emit_eval(producer, "rl")
@@ -322,8 +311,8 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
             if run.rl_step % cfg.checkpoint_every == 0 or run.rl_step == cfg.rl_steps:
                 await asyncio.to_thread(trainer.checkpoint)
                 await c.commit()  # offsets only after the checkpoint that covers them
-        counters["wall_rl_s"] = time.monotonic() - started
     finally:
+        counters["wall_rl_s"] += time.monotonic() - started
         await c.stop()
 
 
@@ -367,15 +356,7 @@ async def serve(cfg: LoopConfig, endpoints: Endpoints) -> dict:
             f"{cfg.run_id}/reports/trainer.json",
             json.dumps(summary, indent=2).encode(),
         )
-        await publish_policy(
-            producer,
-            trainer.store,
-            cfg.run_id,
-            trainer.policy(),
-            trainer.run.rl_step,
-            "done",
-            int(trainer.counters["groups_consumed"]),
-        )
+        await trainer.announce(producer, phase="done")
     return summary
 
 
