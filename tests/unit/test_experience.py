@@ -1,0 +1,87 @@
+"""The processors' pure functions: scoring rollouts and assembling experience groups."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rlstream.ops.loop import latency
+from rlstream.trainers.envs import get_task
+from rlstream.trainers.experience import assemble_experience, complete_groups, score_rollouts
+
+
+def _rollouts(completions: list[str], request_id: str = "r1") -> list[dict]:
+    prompt = get_task("add").generate(random.Random(3), 2)
+    return [
+        {
+            "run_id": "t",
+            "policy_version": 5,
+            "request_id": request_id,
+            "prompt_id": prompt.prompt_id,
+            "sample_idx": i,
+            "group_size": len(completions),
+            "task": "add",
+            "prompt_text": prompt.text,
+            "difficulty": 2,
+            "answer": prompt.answer,
+            "prompt_tokens": [1],
+            "completion": c,
+            "completion_tokens": [2, 3],
+            "logprobs": [-0.1, -0.2],
+        }
+        for i, c in enumerate(c.replace("ANSWER", prompt.answer) for c in completions)
+    ]
+
+
+def test_score_rollouts_verifies_and_keeps_the_producing_version():
+    rows = _rollouts(["ANSWER", "0", "ANSWER", "12"])
+    rewards = score_rollouts(rows)
+    assert [r["reward"] for r in rewards] == [1.0, 0.0, 1.0, 0.0]
+    assert [r["correct"] for r in rewards] == [True, False, True, False]
+    assert {r["policy_version"] for r in rewards} == {5}
+    again = score_rollouts(rows)
+    assert [r["event_id"] for r in again] == [r["event_id"] for r in rewards]
+    other = score_rollouts(rows, verifier="v2")
+    assert not {r["event_id"] for r in other} & {r["event_id"] for r in rewards}
+
+
+def test_score_rollouts_with_a_reward_function():
+    rows = _rollouts(["ANSWER", "0"])
+    rewards = score_rollouts(rows, reward_fn=lambda completions, **kw: [0.25] * len(completions))
+    assert [r["reward"] for r in rewards] == [0.25, 0.25]
+    assert [r["correct"] for r in rewards] == [True, False]  # correctness is the verifier's
+
+
+def test_complete_groups_deduplicates_and_waits_for_all_samples():
+    rows = _rollouts(["ANSWER", "0", "1"])
+    complete, partial = complete_groups(rows[:2] + rows[:1])
+    assert complete == {} and [r["sample_idx"] for r in partial["r1"]] == [0, 1]
+    complete, _ = complete_groups(rows + rows[1:2])
+    assert [r["sample_idx"] for r in complete["r1"]] == [0, 1, 2]
+
+
+def test_assemble_experience_normalises_rewards_within_the_group():
+    rows = _rollouts(["ANSWER", "0", "0", "0"])
+    exp = assemble_experience(rows[::-1], score_rollouts(rows))
+    assert [r["sample_idx"] for r in exp] == [0, 1, 2, 3]
+    assert exp[0]["advantage"] == pytest.approx(1.5, abs=1e-4)
+    assert exp[1]["advantage"] == pytest.approx(-0.5, abs=1e-4)
+    flat = assemble_experience(rows, score_rollouts(_rollouts(["0", "0", "0", "0"])))
+    assert [r["advantage"] for r in flat] == [0.0] * 4
+    with pytest.raises(ValueError, match="no reward for samples \\[3\\]"):
+        assemble_experience(rows, score_rollouts(rows)[:3])
+
+
+def test_latency_percentiles():
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    requests = [{"request_id": f"r{i}", "produced_at": t0} for i in range(100)]
+    experience = [
+        {"request_id": f"r{i}", "produced_at": t0 + timedelta(milliseconds=i + 1)}
+        for i in range(100)
+    ] + [{"request_id": "r0", "produced_at": t0}]
+    figures = latency(requests, experience)
+    assert figures["request_to_experience_p50_ms"] == pytest.approx(50.5, abs=0.6)
+    assert figures["request_to_experience_p99_ms"] == pytest.approx(99.0, abs=1.1)
