@@ -9,7 +9,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from rlstream.trainers.selection.bench import BenchArgs, run_bench
+from rlstream.trainers.selection.bench import BenchArgs, run_bench, summarize_saved
 from rlstream.trainers.selection.loop import LoopArgs
 from rlstream.trainers.selection.policies import PretrainConfig
 
@@ -71,6 +71,11 @@ def test_bench_records_invariants(tmp_path, cache_dir):
     assert set(pool["floors"]) >= {"wasted_share_vs_uniform", "ppm_pearson_r"}
     assert (tmp_path / "accuracy_default.png").stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())["pools"]["default"]
+    again = summarize_saved(tiny(tmp_path, cache_dir, samplers="uniform,dapo,ppm"), [tmp_path])
+    assert (
+        again["pools"]["default"]["samplers"]["ppm"]["final_accuracy"]
+        == (pool["samplers"]["ppm"]["final_accuracy"])
+    )  # the per-arm JSON holds everything the figures need
 
 
 def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):

@@ -66,6 +66,8 @@ class BenchArgs:
     """path of the summary JSON"""
     progress: bool = True
     """rich progress bar and tables"""
+    resume: bool = False
+    """reuse arms already saved under out/arms/ (same pool, sampler and seed)"""
 
     def __post_init__(self):
         self.loop = replace(self.loop or LoopArgs(), steps=self.steps)
@@ -100,12 +102,38 @@ def quick(args: BenchArgs) -> BenchArgs:
     )
 
 
+def parse_task(spec: str) -> TaskMix:
+    """TaskMix.parse, also for reasoning-gym parts `rg:<dataset>[:weight]`.
+
+    TaskMix.parse reads `rg:<dataset>` as family 'rg' with weight '<dataset>', so each such part
+    is registered under the colon-free alias `rg_<dataset>` (same adapter, same scorer) and the
+    spec rewritten; the rewritten spec also works for the local loop's pre-training."""
+    return TaskMix.parse(task_spec(spec))
+
+
+def task_spec(spec: str) -> str:
+    """The spec with `rg:<dataset>` parts replaced by registered `rg_<dataset>` aliases."""
+    parts = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if part.startswith("rg:"):
+            from rlstream.trainers.envs import TASKS, register_task
+            from rlstream.trainers.envs.rgym import ReasoningGymTask
+
+            name, _, rest = part.removeprefix("rg:").partition(":")
+            alias = f"rg_{name}"
+            if alias not in TASKS:
+                register_task(ReasoningGymTask(name, name=alias))
+            part = alias + (f":{rest}" if rest else "")
+        parts.append(part)
+    return ",".join(parts)
+
+
 def build_pools(a: BenchArgs, status) -> dict[str, dict]:
     """name -> {blob, pool, eval_set, cached}: the shared starting policy and prompts of each."""
     cache = Path(a.cache_dir).expanduser()
-    cfg = replace(a.pretrain, tasks=a.task)
+    cfg = replace(a.pretrain, tasks=task_spec(a.task))
     blob, cached = pretrained_policy(cfg, cache, a.loop.threads, status("pre-train"))
-    mix = TaskMix.parse(a.task)
+    mix = parse_task(a.task)
     pool = sample_prompts(mix, a.pool_size, "train", cfg.seed)
     out = {}
     if "default" in a.pools:
@@ -115,7 +143,7 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
         late, lc = late_policy(
             blob, cfg, pool, a.late_warmup, cache, a.loop, status("late warm-up")
         )
-        lmix = TaskMix.parse(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
+        lmix = parse_task(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
         lpool = sample_prompts(lmix, a.pool_size, "train", cfg.seed)
         ev = sample_prompts(lmix, a.eval_prompts, "heldout", cfg.seed)
         out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc}
@@ -243,17 +271,42 @@ def run_bench(a: BenchArgs) -> dict:
         pools = build_pools(a, live.status)
         results: dict[str, dict[str, list]] = {}
         for name, p in pools.items():
-            results[name] = {}
-            for sampler in a.sampler_names:
-                for seed in range(a.seeds):
-                    cb = live.arm(name, sampler, seed)
-                    res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, a.loop, cb)
-                    results[name].setdefault(sampler, []).append(res)
+            results[name] = {s: [] for s in a.sampler_names}
+            for seed in range(a.seeds):  # seed-major: a run cut short still has every sampler
+                for sampler in a.sampler_names:
+                    res = report.load_arm(a, name, sampler, seed) if a.resume else None
+                    if res is None:
+                        cb = live.arm(name, sampler, seed)
+                        res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, a.loop, cb)
+                        report.save_arm(a, name, res)
+                    results[name][sampler].append(res)
                     live.done(name, res)
-                    report.save_arm(a, name, res)
     summary = {"config": report.config_dict(a), "wall_s": time.time() - t0, "pools": {}}
     for name, runs in results.items():
         summary["pools"][name] = pool_figures(runs, a)
         summary["pools"][name]["pretrained_checkpoint_cached"] = pools[name]["cached"]
+    report.write(a, results, summary)
+    return summary
+
+
+def summarize_saved(a: BenchArgs, dirs: list[str]) -> dict:
+    """Rebuild the figures, tables and files from the per-arm JSON of earlier runs (out/arms/):
+    merges pools benchmarked in separate processes, or finishes a run that was cut short."""
+    import json
+
+    from rlstream.trainers.selection import report
+    from rlstream.trainers.selection.loop import ArmResult
+
+    results: dict[str, dict[str, list]] = {}
+    for d in dirs:
+        for f in sorted((Path(d) / "arms").glob("*.json")):
+            pool, sampler, _ = f.stem.rsplit("_", 2)
+            res = ArmResult(**json.loads(f.read_text()))
+            results.setdefault(pool, {}).setdefault(sampler, []).append(res)
+    summary = {"config": report.config_dict(a), "merged_from": [str(d) for d in dirs], "pools": {}}
+    for name, runs in results.items():
+        runs = {s: sorted(runs[s], key=lambda r: r.seed) for s in a.sampler_names if s in runs}
+        results[name] = runs
+        summary["pools"][name] = pool_figures(runs, a)
     report.write(a, results, summary)
     return summary

@@ -46,6 +46,7 @@ def register(bench_app: typer.Typer) -> None:
             Path("~/.cache/rlstream/selection"), help="cached pre-trained checkpoints"
         ),
         progress: bool = typer.Option(True, help="progress bar and tables"),
+        resume: bool = typer.Option(False, help="reuse arms saved under OUT/arms by a prior run"),
     ):
         """Compare prompt samplers (RESEARCH.md's table), mean ± std over seeds, per pool."""
         from rlstream.trainers.selection.bench import BenchArgs, run_bench
@@ -66,6 +67,7 @@ def register(bench_app: typer.Typer) -> None:
                 summary=str(summary) if summary else None,
                 cache_dir=str(cache_dir),
                 progress=progress,
+                resume=resume,
                 loop=LoopArgs(threads=threads),
                 pretrain=PretrainConfig(),
             )

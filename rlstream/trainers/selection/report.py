@@ -94,6 +94,14 @@ def save_arm(a, pool: str, res) -> Path:
     return path
 
 
+def load_arm(a, pool: str, sampler: str, seed: int):
+    """A saved arm, or None."""
+    from rlstream.trainers.selection.loop import ArmResult
+
+    path = Path(a.out) / "arms" / f"{pool}_{sampler}_{seed}.json"
+    return ArmResult(**json.loads(path.read_text())) if path.exists() else None
+
+
 def config_dict(a) -> dict:
     d = asdict(a)
     d["loop"] = {k: v for k, v in d["loop"].items() if k != "ppm"} | {"ppm": asdict(a.loop.ppm)}
