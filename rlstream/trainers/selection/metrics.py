@@ -58,6 +58,8 @@ def ratio_to_baseline(
     if not b:
         return [], 0, None
     bm = float(np.mean(b))
+    if bm <= 0:  # the baseline starts at the target: nothing to speed up
+        return [], 0, None
     out, reached = [], 0
     for r in runs:
         x = to_target(r, target, key)

@@ -196,6 +196,8 @@ def print_tables(summary: dict, seeds: int) -> None:
     con = Console()
     for name, fig in summary["pools"].items():
         con.print(pool_table(name, fig, seeds))
+        if fig.get("target_note"):
+            con.print(f"[yellow]{name}: {fig['target_note']}[/]")
         con.print(family_table(name, fig))
         if fig["floors"]:
             con.print(floors_table(name, fig))
