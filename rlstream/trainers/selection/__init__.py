@@ -4,6 +4,10 @@ test-time allocation.
 Samplers (registry `SELECTION_SAMPLERS`, all `cls(pool, seed, args=None)` implementing the
 `PromptSampler` protocol plus `select_scored` -> prompts and decision records):
 uniform, dapo (DAPO dynamic sampling; drive it with `fill_batch`), greso, mopps, ppm.
+
+The benchmark (`rlstream bench selection`): loop.py runs one arm (sampler x seed) of GRPO from
+a shared checkpoint (policies.py builds and caches it), metrics.py turns the per-step records
+into RESEARCH.md's figures, bench.py orchestrates pools/arms/seeds, report.py prints and writes.
 """
 
 from rlstream.trainers.selection.allocation import (

@@ -284,7 +284,7 @@ def run_arm(
         t["t_update"] = time.perf_counter() - t0
         policy.version = learner.version
         if ppm is not None and a.ppm_features != "text":
-            ppm._cache.clear()  # policy features move with the policy
+            ppm.refresh_features()  # policy features move with the policy
         trained += len(exp)
         G = a.group_size
         zero = sum(len(set(exp.rewards[i : i + G])) == 1 for i in range(0, len(exp), G))

@@ -172,6 +172,10 @@ class PromptPredictiveModel:
                 self._cache[p.prompt_id] = v
         return np.stack([self._cache[p.prompt_id] for p in prompts]).astype(np.float32)
 
+    def refresh_features(self) -> None:
+        """Forget cached featurizer outputs: needed when they read the policy and it moved."""
+        self._cache.clear()
+
     def features(self, prompts: list[Prompt]) -> np.ndarray:
         """Model inputs (N, in_dim): embedding + history features as of now."""
         e = self.embed(prompts)
