@@ -205,6 +205,7 @@ def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3
             collect(endpoints, cfg)
             | seeded
             | {
+                "messages_per_s": rl_rates(watcher.view),
                 "completed": ok,
                 "embedded_stack": embedded,
                 "restarts": {c.name: c.restarts for c in sup.children if c.restarts},

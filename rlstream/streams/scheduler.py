@@ -67,6 +67,7 @@ class Demand:
 
     rl_step: int = 0
     groups_consumed: int = 0
+    started: bool = False  # the trainer announced its first RL policy
     done: bool = False
 
 
@@ -86,6 +87,7 @@ async def follow_trainer(endpoints: Endpoints, run_id: str, demand: Demand) -> N
                         if row["phase"] == "done":
                             demand.done = True
                         elif row["phase"] == "rl":
+                            demand.started = True
                             demand.rl_step = max(demand.rl_step, row["step"])
                             demand.groups_consumed = max(
                                 demand.groups_consumed, row["groups_consumed"] or 0
@@ -175,6 +177,8 @@ class Scheduler:
     async def issue(self, producer: EventProducer, demand: Demand) -> None:
         """Issue rounds while fewer than target_in_flight groups are ahead of the trainer."""
         cfg = self.cfg
+        while not demand.started and not demand.done:  # no requests before a policy exists
+            await asyncio.sleep(0.1)
         while not demand.done:
             in_flight = self.issued_rounds * cfg.prompts_per_step - demand.groups_consumed
             metrics.SCHEDULER_IN_FLIGHT.set(in_flight)
