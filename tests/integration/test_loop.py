@@ -290,3 +290,17 @@ def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_hom
     assert figures["restarts"] == {"trainer": 1}
     assert figures["completed"] and figures["rl_steps"] == steps
     assert figures["duplicates_trained"] == 0 and figures["archive_matches_topic"]
+
+
+def test_resume_continues_from_the_last_checkpoint(loop_run):
+    figures, out, _ = loop_run
+    summary = out / "resumed.json"
+    cli("run", "--resume", "loop-it", "--out", str(out), "--summary", str(summary), timeout=600)
+    resumed = json.loads(summary.read_text())
+    assert resumed["completed"] and resumed["rl_steps"] == STEPS
+    assert resumed["pretrain_steps"] == figures["pretrain_steps"]  # not pre-trained again
+    assert resumed["experience_trained"] == figures["experience_trained"]
+    log = (out / "loop-it" / "logs" / "trainer.log").read_text()
+    assert f"resumed at step {figures['pretrain_steps'] + STEPS}" in log
+    missing = cli("run", "--resume", "no-such-run", "--out", str(out), check=False)
+    assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
