@@ -21,7 +21,9 @@ class CheckpointStore(Protocol):
     def save_bytes(self, name: str, data: bytes) -> None: ...
     def load_bytes(self, name: str) -> bytes: ...
     def list(self) -> list[str]: ...
-    def delete(self, name: str) -> None: ...
+    def delete(self, name: str) -> None:
+        """Optional: only needed for the keep_last retention policy."""
+        ...
 
 
 class DirectoryStore:
@@ -98,8 +100,9 @@ def save_checkpoint(store: CheckpointStore, step: int, state: dict, keep_last: i
     name = checkpoint_name(step)
     store.save_bytes(name, to_bytes(state | {"rng": rng_state(), "step": step}))
     ckpts = [n for n in store.list() if n.startswith("step-") and n.endswith(".pt")]
-    for old in ckpts[:-keep_last] if keep_last > 0 else []:
-        store.delete(old)
+    if hasattr(store, "delete"):  # retention needs delete; a store without it keeps everything
+        for old in ckpts[:-keep_last] if keep_last > 0 else []:
+            store.delete(old)
     return name
 
 
