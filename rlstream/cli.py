@@ -41,6 +41,15 @@ StateDirOpt = typer.Option(
 )
 
 
+def print_figures(title: str, figures: dict) -> None:
+    """A run's or a command's headline figures as a two-column table."""
+    table = Table("figure", "value", title=title)
+    for key, value in figures.items():
+        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+        table.add_row(key, str(shown))
+    console.print(table)
+
+
 def write_summary(path: Path | None, figures: dict) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,10 +151,7 @@ def run(
             live.update(_run_table(cfg, view, sup))
 
         figures = run_loop(cfg, out, on_tick=on_tick, timeout_s=timeout_s)
-    table = Table("figure", "value", title=f"run {cfg.run_id}")
-    for key, value in figures.items():
-        table.add_row(key, str(value))
-    console.print(table)
+    print_figures(f"run {cfg.run_id}", figures)
     console.print(f"report: [bold]{figures['report']}[/]")
     write_summary(summary, figures)
     if not figures.get("completed"):
@@ -219,10 +225,7 @@ def _run_data_path(out: Path, run_id: str, summary: Path | None) -> None:
         console.print(table)
 
     figures = run_data_path(args, say=console.print, show=show)
-    table = Table("figure", "value", title=f"run {figures['run_id']}")
-    for key, value in figures.items():
-        table.add_row(key, str(value))
-    console.print(table)
+    print_figures(f"run {figures['run_id']}", figures)
     console.print(f"report: [bold]{figures['report']}[/]")
     write_summary(summary, figures)
 
@@ -347,10 +350,7 @@ def publish(
     if len(report.bad_rows) > 50:
         err.print(f"[yellow]... and {len(report.bad_rows) - 50} more bad rows[/]")
     figures = report.summary()
-    table = Table("figure", "value", title=f"published {file.name}")
-    for key, value in figures.items():
-        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
-    console.print(table)
+    print_figures(f"published {file.name}", figures)
     write_summary(summary, figures)
 
 
@@ -477,10 +477,7 @@ def replay(
     for partition, offset, reason in report.bad_messages[:20]:
         err.print(f"[yellow]skipped[/] p{partition}@{offset}: {reason}")
     figures = report.summary()
-    table = Table("figure", "value", title=f"replayed into {out}")
-    for key, value in figures.items():
-        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
-    console.print(table)
+    print_figures(f"replayed into {out}", figures)
     write_summary(summary, figures)
 
 
@@ -542,10 +539,7 @@ def reprocess(
             reward_fn=reward_fn,
         )
     )
-    table = Table("figure", "value", title=f"reprocessed {report.source} -> {report.target}")
-    for key, value in report.__dict__.items():
-        table.add_row(key, str(value))
-    console.print(table)
+    print_figures(f"reprocessed {report.source} -> {report.target}", report.__dict__)
     write_summary(summary, report.__dict__)
 
 

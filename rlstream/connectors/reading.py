@@ -124,3 +124,35 @@ async def read_topic(
                     return
     finally:
         await c.stop()
+
+
+async def follow_run(
+    endpoints: Endpoints, topics: list[str], run_id: str, *, poll_ms: int = 200
+) -> AsyncIterator[dict[str, list[dict]]]:
+    """Follow topics from the beginning without a group (every follower sees everything).
+
+    Yields once per poll, also when nothing arrived (so callers can check their own stop
+    condition): the decoded rows of `run_id` by event name. Undecodable messages are skipped;
+    the processors that own those topics dead-letter them.
+    """
+    from rlstream.schemas import DecodeError, decode
+
+    c = consumer(endpoints, fetch_max_wait_ms=100)
+    await c.start()
+    try:
+        tps = [tp for topic in topics for tp in await topic_partitions(c, topic)]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        while True:
+            found: dict[str, list[dict]] = {}
+            for records in (await c.getmany(timeout_ms=poll_ms)).values():
+                for record in records:
+                    try:
+                        decoded = decode(record.value, record.headers)
+                    except DecodeError:
+                        continue
+                    rows = [r for r in decoded.to_pylist() if r["run_id"] == run_id]
+                    found.setdefault(decoded.event.name, []).extend(rows)
+            yield found
+    finally:
+        await c.stop()

@@ -8,6 +8,7 @@ highwater for events/s. Everything it learns is also kept for the report's plots
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import defaultdict
@@ -16,9 +17,9 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import consumer, topic_partitions
+from rlstream.connectors.reading import follow_run
 from rlstream.ops.topics import highwaters
-from rlstream.schemas import DecodeError, all_events, decode, get
+from rlstream.schemas import all_events, get
 
 FOLLOWED = ("policy_versions", "eval_results", "rollouts")
 
@@ -57,25 +58,13 @@ class RunWatcher:
         await asyncio.gather(self._follow(), self._sample_rates())
 
     async def _follow(self) -> None:
-        c = consumer(self.endpoints, fetch_max_wait_ms=100)
-        await c.start()
-        try:
-            tps = []
-            for name in FOLLOWED:
-                tps += await topic_partitions(c, get(name).topic)
-            c.assign(tps)
-            await c.seek_to_beginning(*tps)
-            while not self._stop.is_set():
-                for records in (await c.getmany(timeout_ms=200)).values():
-                    for record in records:
-                        try:
-                            decoded = decode(record.value, record.headers)
-                        except DecodeError:
-                            continue
-                        rows = [r for r in decoded.to_pylist() if r["run_id"] == self.run_id]
-                        self._apply(decoded.event.name, rows)
-        finally:
-            await c.stop()
+        topics = [get(name).topic for name in FOLLOWED]
+        async with contextlib.aclosing(follow_run(self.endpoints, topics, self.run_id)) as polls:
+            async for found in polls:
+                for event, rows in found.items():
+                    self._apply(event, rows)
+                if self._stop.is_set():
+                    return
 
     def _apply(self, event: str, rows: list[dict]) -> None:
         v = self.view

@@ -7,10 +7,11 @@ import asyncio
 import logging
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import EventProducer, consumer, topic_partitions
+from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore
+from rlstream.connectors.reading import follow_run
 from rlstream.ops import metrics
-from rlstream.schemas import DecodeError, decode, get, rows_to_batch
+from rlstream.schemas import get, rows_to_batch
 from rlstream.trainers.policy import Policy, policy_from_bytes, policy_to_bytes
 
 log = logging.getLogger(__name__)
@@ -64,30 +65,12 @@ class PolicyFollower:
         self.loads = 0
 
     async def run(self) -> None:
-        """Follow rl.policy_versions.v1 from the beginning (no group: every worker sees all)."""
-        c = consumer(self.endpoints, fetch_max_wait_ms=100)
-        await c.start()
-        try:
-            tps = await topic_partitions(c, POLICY_VERSIONS.topic)
-            c.assign(tps)
-            await c.seek_to_beginning(*tps)
-            while True:
-                newest = None
-                for records in (await c.getmany(timeout_ms=200)).values():
-                    for record in records:
-                        try:
-                            rows = decode(record.value, record.headers).to_pylist()
-                        except DecodeError:
-                            continue
-                        for row in rows:
-                            if row["run_id"] == self.run_id and (
-                                newest is None or row["version"] > newest["version"]
-                            ):
-                                newest = row
-                if newest and (self.policy is None or newest["version"] > self.policy.version):
-                    await self._load(newest)
-        finally:
-            await c.stop()
+        """Follow rl.policy_versions.v1 from the beginning; load only the newest of each poll."""
+        async for found in follow_run(self.endpoints, [POLICY_VERSIONS.topic], self.run_id):
+            rows = found.get(POLICY_VERSIONS.name, [])
+            newest = max(rows, key=lambda r: r["version"], default=None)
+            if newest and (self.policy is None or newest["version"] > self.policy.version):
+                await self._load(newest)
 
     async def _load(self, row: dict) -> None:
         name = row["checkpoint_uri"].split("/", 3)[3]  # s3://bucket/<name>

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import EventProducer, consumer, topic_partitions
-from rlstream.connectors.reading import ReadRange, read_topic
+from rlstream.connectors.kafka import EventProducer, consumer
+from rlstream.connectors.reading import ReadRange, follow_run, read_topic
 from rlstream.ops import metrics
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams.config import LoopConfig
@@ -72,28 +72,19 @@ class Demand:
 
 
 async def follow_trainer(endpoints: Endpoints, run_id: str, demand: Demand) -> None:
-    c = consumer(endpoints, fetch_max_wait_ms=100)
-    await c.start()
-    try:
-        tps = await topic_partitions(c, POLICY_VERSIONS.topic)
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        while not demand.done:
-            for records in (await c.getmany(timeout_ms=200)).values():
-                for record in records:
-                    for row in decode(record.value, record.headers).to_pylist():
-                        if row["run_id"] != run_id:
-                            continue
-                        if row["phase"] == "done":
-                            demand.done = True
-                        elif row["phase"] == "rl":
-                            demand.started = True
-                            demand.rl_step = max(demand.rl_step, row["step"])
-                            demand.groups_consumed = max(
-                                demand.groups_consumed, row["groups_consumed"] or 0
-                            )
-    finally:
-        await c.stop()
+    async with contextlib.aclosing(follow_run(endpoints, [POLICY_VERSIONS.topic], run_id)) as polls:
+        async for found in polls:
+            for row in found.get(POLICY_VERSIONS.name, []):
+                if row["phase"] == "done":
+                    demand.done = True
+                elif row["phase"] == "rl":
+                    demand.started = True
+                    demand.rl_step = max(demand.rl_step, row["step"])
+                    demand.groups_consumed = max(
+                        demand.groups_consumed, row["groups_consumed"] or 0
+                    )
+            if demand.done:
+                return
 
 
 class EnvironmentState:
