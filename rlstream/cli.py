@@ -650,8 +650,10 @@ selection_commands.register(bench_app)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from aiokafka.errors import KafkaConnectionError, KafkaError
-
+    try:  # the learning-core commands run where the streaming stack is not installed
+        from aiokafka.errors import KafkaConnectionError, KafkaError
+    except ImportError:
+        return (ValueError, FileNotFoundError)
     from rlstream.connectors.files import UnsupportedFile
     from rlstream.connectors.kafka import TopicConfigError
     from rlstream.connectors.reading import TopicNotFound

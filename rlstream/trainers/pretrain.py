@@ -107,7 +107,7 @@ class Plateau:
 def eval_loss(model, corpus: Corpus, batches: int, batch_size: int, seed: int) -> float:
     """Mean loss over a fixed set of batches (the same every call, by seed)."""
     g = torch.Generator().manual_seed(seed)
-    losses = [
-        lm_loss(model, *corpus.batch(batch_size, g), corpus.tok.pad_id) for _ in range(batches)
-    ]
+    device = next(model.parameters()).device
+    batches_ = [corpus.batch(batch_size, g) for _ in range(batches)]
+    losses = [lm_loss(model, x.to(device), y.to(device), corpus.tok.pad_id) for x, y in batches_]
     return float(torch.stack(losses).mean())
