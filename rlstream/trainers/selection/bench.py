@@ -204,6 +204,8 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
             },
             "score_records": int(sum(r.score_records for r in runs[s])),
         }
+        if out.get("target_note"):
+            f["steps_to_target"] = f["rollouts_to_target"] = M.mean_std([])
         f["family_change_vs_uniform"] = {k: v - uni_fam[k] for k, v in f["final_by_family"].items()}
         if "dapo" in rows:
             red, _, _ = M.ratio_to_baseline(rs, rows["dapo"], target, "rollouts")
@@ -248,11 +250,14 @@ def floors(pool: dict) -> dict:
     if red is not None:
         out["rollout_reduction_vs_dapo"] = {"value": red, "bar": ">= 0.30", "met": red >= 0.30}
     sp = m(p["step_speedup_vs_uniform"])
-    out["step_speedup_vs_uniform"] = {
-        "value": sp,
-        "bar": ">= 1.2",
-        "met": sp is not None and sp >= 1.2,
-    }
+    if sp is None:
+        out["step_speedup_vs_uniform"] = {"value": None, "bar": ">= 1.2", "met": None}
+    else:
+        out["step_speedup_vs_uniform"] = {
+            "value": sp,
+            "bar": ">= 1.2",
+            "met": sp is not None and sp >= 1.2,
+        }
     sd = float(np.hypot(p["final_accuracy"]["std"], u["final_accuracy"]["std"]) / np.sqrt(2))
     d = m(p["final_accuracy"]) - m(u["final_accuracy"])
     out["final_accuracy_vs_uniform"] = {

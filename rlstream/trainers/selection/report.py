@@ -188,7 +188,8 @@ def floors_table(name: str, fig: dict) -> Table:
         t.add_column(c)
     for k, v in fig["floors"].items():
         val = "-" if v["value"] is None else f"{v['value']:.3f}"
-        t.add_row(k, val, v["bar"], "yes" if v["met"] else "[bold red]NO[/]")
+        met = "not measurable" if v["met"] is None else "yes" if v["met"] else "[bold red]NO[/]"
+        t.add_row(k, val, v["bar"], met)
     return t
 
 
