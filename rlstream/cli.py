@@ -679,12 +679,12 @@ def main() -> None:
 
 
 def _explain(exc: BaseException) -> str:
-    from aiokafka.errors import KafkaConnectionError
-
-    if isinstance(exc, KafkaConnectionError):
+    if type(exc).__name__ == "KafkaConnectionError":  # aiokafka may not be installed here
         bootstrap = endpoints().kafka_bootstrap
-        return (f"cannot reach the Kafka broker at {bootstrap}: start the embedded stack with "
-                "`rlstream stack up`, or set RLSTREAM_KAFKA_BOOTSTRAP")  # fmt: skip
+        return (
+            f"cannot reach the Kafka broker at {bootstrap}: start the embedded stack with "
+            "`rlstream stack up`, or set RLSTREAM_KAFKA_BOOTSTRAP"
+        )
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
