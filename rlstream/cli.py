@@ -159,22 +159,9 @@ def run(
 
 
 def _apply_overrides(cfg, overrides: list[str]):
-    from dataclasses import fields, replace
+    from dataclasses import replace
 
-    types = {f.name: f.type for f in fields(cfg)}
-    changes = {}
-    for item in overrides:
-        name, sep, raw = item.partition("=")
-        if not sep or name not in types:
-            raise typer.BadParameter(
-                f"--set {item!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(types))}"
-            )
-        kind = {"int": int, "float": float, "str": str}[str(types[name])]
-        try:
-            changes[name] = kind(raw)
-        except ValueError:
-            raise typer.BadParameter(f"--set {item!r}: {name} takes a {kind.__name__}") from None
-    return replace(cfg, **changes)
+    return replace(cfg, **trainer_commands.parse_overrides(overrides, type(cfg)))
 
 
 def _check_sampler(name: str) -> None:

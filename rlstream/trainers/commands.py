@@ -10,18 +10,22 @@ from pathlib import Path
 import typer
 
 
-def parse_overrides(items: list[str]) -> dict:
-    """['corpus_docs=2000', 'hybrid=true'] -> typed values for rlstream.trainers.local.Args."""
+def parse_overrides(items: list[str], settings: type | None = None) -> dict:
+    """['corpus_docs=2000', 'hybrid=true'] -> typed values for the fields of a settings
+    dataclass (default: rlstream.trainers.local.Args)."""
     from dataclasses import fields
 
-    from rlstream.trainers.local import Args
+    if settings is None:
+        from rlstream.trainers.local import Args as settings
 
-    types = {f.name: str(f.type) for f in fields(Args)}  # e.g. "int", "str | None"
+    types = {f.name: str(f.type) for f in fields(settings)}  # e.g. "int", "str | None"
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or key not in types:
-            raise typer.BadParameter(f"--set {item!r}: expected FIELD=VALUE with a field of Args")
+            raise typer.BadParameter(
+                f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(types))}"
+            )
         kind = next(t for t in ("bool", "int", "float", "str") if t in types[key])
         if "None" in types[key] and raw.lower() in ("", "none"):
             out[key] = None
