@@ -18,6 +18,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import split_by_partition
 from rlstream.ops import metrics
 from rlstream.schemas import Decoded, DecodeError, EventType, decode, encode, get
+from rlstream.streams import transport
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
     """A faust app whose consumer group is `app_id`."""
     session_s = endpoints.session_timeout_ms / 1000
     settings = dict(
-        broker=f"kafka://{endpoints.kafka_bootstrap}",
+        broker=f"{transport.SCHEME}://{endpoints.kafka_bootstrap}",
         store="memory://",  # tables recover from their changelog topics
         processing_guarantee="at_least_once",
         producer_max_batch_size=1,

@@ -35,7 +35,7 @@ class LoopConfig:
     """RL learning rate"""
     max_policy_lag: int = 4
     """experience more than this many versions behind the trainer is dropped and counted"""
-    target_in_flight: int = 128
+    target_in_flight: int = 96
     """rollout requests in flight (issued, not yet trained on): the scheduler's pacing bound"""
     publish_every: int = 1
     """RL steps between policy versions published to the rollout workers"""
