@@ -15,7 +15,7 @@ from rlstream.trainers.selection import (
     mmr_select,
 )
 from rlstream.trainers.selection.features import HiddenStateFeaturizer
-from rlstream.trainers.selection.predictive import informativeness
+from rlstream.trainers.selection.predictive import informativeness, stratum_quotas
 from tests.selection.helpers import (
     FixedPredictor,
     bernoulli_rewards,
@@ -24,7 +24,9 @@ from tests.selection.helpers import (
 )
 
 # a prior worth 10^4 rollouts makes Thompson samples ~ the prediction: isolates the greedy part
-CONFIDENT = dict(prior_strength=1e4, ppm_threshold=0.0, uniform_share=0.0, candidate_pool=200)
+CONFIDENT = dict(
+    prior_strength=1e4, ppm_threshold=0.0, uniform_share=0.0, candidate_pool=200, skill_gate=False
+)
 
 
 def _clustered(n_clusters=5, per=40, best_rate=0.5, other_rate=0.35):
@@ -53,7 +55,40 @@ def test_mmr_select_prefers_eligible_then_fills():
     emb = np.eye(4)
     picks, elig = mmr_select(value, emb, 3, 0.3, eligible=value >= 0.5)
     assert picks[:2] == [0, 2] and elig == [True, True, False]
-    assert informativeness(np.array([0.23])) == pytest.approx(0.7084)  # ppm_threshold 0.7 edge
+    # ppm_threshold 0.7 with G = 8: p = 0.14 is just inside
+    assert informativeness(np.array([0.14]), 8) == pytest.approx(1 - 0.14**8 - 0.86**8)
+    assert informativeness(np.array([0.14]), 8) > 0.7 > informativeness(np.array([0.13]), 8)
+
+
+def test_stratum_quotas_follow_mass_and_respect_availability():
+    rng = np.random.default_rng(0)
+    q = stratum_quotas(np.array([3.0, 1.0, 0.0]), np.array([100, 100, 100]), 20, rng)
+    assert q.tolist() == [15, 5, 0]
+    q = stratum_quotas(np.array([3.0, 1.0]), np.array([2, 100]), 20, rng)  # capped, spills over
+    assert q.tolist() == [2, 18]
+    q = stratum_quotas(np.zeros(3), np.array([5, 5, 5]), 6, rng)  # no mass: equal shares
+    assert q.tolist() == [2, 2, 2]
+    draws = np.array(
+        [stratum_quotas(np.array([1.0, 1.0]), np.array([9, 9]), 3, rng) for _ in range(2000)]
+    )
+    assert draws.sum(1).tolist() == [3] * 2000 and abs(draws[:, 0].mean() - 1.5) < 0.05
+
+
+def test_strata_get_slots_by_informative_mass_so_no_teaching_family_starves():
+    # family "easy" (p = 0.9: P(informative) 0.57) would lose every slot to "mid" (p = 0.5:
+    # 0.99) without strata; "done" (p = 1.0) has nothing to teach and gets no predicted slot
+    pool = synthetic_pool(300, "easy") + synthetic_pool(300, "mid") + synthetic_pool(300, "done")
+    rates = {p.prompt_id: {"easy": 0.9, "mid": 0.5, "done": 1.0}[p.task] for p in pool}
+    emb = np.random.default_rng(0).standard_normal((len(pool), 8))
+    picks = {}
+    for stratify in ("task", "none"):
+        args = PredictiveArgs(**CONFIDENT | {"candidate_pool": 300}, stratify=stratify)
+        s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
+        tasks = [p.task for step in range(50) for p in s.select(step, 20)]
+        picks[stratify] = {t: tasks.count(t) / len(tasks) for t in ("easy", "mid", "done")}
+    # expected easy share with strata: 0.57 / (0.57 + 0.99) = 0.37
+    assert 0.3 < picks["task"]["easy"] < 0.45 and picks["task"]["done"] == 0, picks
+    assert picks["none"]["easy"] < 0.05, picks
 
 
 def test_minimum_uniform_share_keeps_a_collapsed_region_alive():
@@ -78,7 +113,7 @@ def test_ppm_threshold_prefers_informative_candidates():
     pool = synthetic_pool(100)
     rates = {p.prompt_id: 0.5 if i % 2 else 0.02 for i, p in enumerate(pool)}
     emb = np.random.default_rng(0).standard_normal((100, 8))
-    args = PredictiveArgs(uniform_share=0.0, candidate_pool=100, diversity_weight=0.3)
+    args = PredictiveArgs(uniform_share=0.0, candidate_pool=100, skill_gate=False)
     s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
     sel = s.select_scored(0, 20)
     assert all(int(p.answer) % 2 == 1 for p in sel.prompts)
@@ -113,3 +148,26 @@ def test_learned_ppm_cuts_zero_variance_groups_vs_uniform():
     # uniform wastes ~0.7 of its groups here (measured 0.69 vs 0.25 for the PPM sampler);
     # the floor of issue 4: the PPM sampler wastes at most 0.6 of uniform's share
     assert zero["uniform"] >= 0.6 and zero["ppm"] <= 0.6 * zero["uniform"], zero
+
+
+def test_skill_gate_keeps_an_unskilled_ppm_near_uniform_and_trusts_a_skilled_one():
+    # a predictor that knows the true pass rates gains skill after one step and its prior
+    # reaches near full strength; one that predicts 0.5 everywhere is no better than the mean
+    pool = synthetic_pool(400)
+    true = {p.prompt_id: (0.02, 0.5, 0.98)[i % 3] for i, p in enumerate(pool)}
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((len(pool), 8))
+    args = PredictiveArgs(prior_strength=16)
+    for rates, skilled in ((true, True), ({k: 0.5 for k in true}, False)):
+        s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
+        assert s.skill == 0.0 and s.prior_strength() == 1.0  # nothing scored yet
+        for step in range(5):
+            prompts = s.select(step, 32)
+            s.update(prompts, bernoulli_rewards([true[p.prompt_id] for p in prompts], 8, rng))
+        if skilled:
+            assert s.skill > 0.8 and s.prior_strength() > 12
+        else:
+            assert s.skill < 0.2 and s.prior_strength() < 4  # ~ the mean: little better
+        restored = PredictiveSampler(pool, 1, args, FixedPredictor(rates), emb)
+        restored.load_state_dict(s.state_dict())
+        assert restored.skill == s.skill

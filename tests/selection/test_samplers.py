@@ -201,7 +201,7 @@ def test_selection_records_build_a_prompt_scores_batch(name):
     [
         (lambda: MoppsArgs(decay=1.5), "decay is a weight"),
         (lambda: DapoArgs(max_rounds=0), "at least one generation round"),
-        (lambda: PredictiveArgs(ppm_threshold=2.0), "4p\\(1-p\\)"),
+        (lambda: PredictiveArgs(ppm_threshold=2.0), "ppm_threshold"),
         (lambda: PredictiveArgs(fit_every=0), "fit_every"),
         (lambda: PPMArgs(featurizers=()), "at least one featurizer"),
     ],

@@ -48,8 +48,9 @@ class BenchArgs:
     """unique train prompts in each pool"""
     eval_prompts: int = 512
     """held-out prompts (never rolled out in training)"""
-    late_warmup: int = 40
-    """uniform GRPO steps that turn the pre-trained checkpoint into the late pool's start"""
+    late_warmup: int = 150
+    """uniform GRPO steps that turn the pre-trained checkpoint into the late pool's start
+    (150: about half of uniform's groups are zero-variance there)"""
     late_extra: str = "mul:0.5"
     """family added to the late pool, out of reach of the policy ('' for none)"""
     alloc_samples: int = 4

@@ -61,8 +61,8 @@ class LoopArgs:
     """RL learning rate, cosine-decayed to a tenth over `steps`"""
     kl_coef: float = 0.0
     """KL penalty to the frozen pre-trained reference"""
-    eval_every: int = 5
-    """steps between held-out greedy evaluations"""
+    eval_every: int = 2
+    """steps between held-out greedy evaluations (steps-to-target is interpolated between)"""
     pass1_every: int = 20
     """steps between pass@1 evaluations (sampled, costlier); the last step always has one"""
     eval_samples: int = 8

@@ -7,10 +7,16 @@ Per step:
    per candidate combines that prediction as a prior worth `prior_strength` rollouts with the
    prompt's own decayed outcomes, and one Thompson sample theta is drawn from it (uncertain
    prompts get explored, confident ones exploited);
-3. informativeness v = 4 theta (1 - theta) (1 at 0.5, 0 at 0 or 1); candidates with
+3. value v = the probability that a group of G is informative, 1 - theta^G - (1 - theta)^G
+   (a zero-variance group has all-zero advantages and teaches nothing); candidates with
    v >= ppm_threshold are preferred, the rest only fill a shortfall;
-4. greedy max-marginal-relevance picks: score = (1 - w) v + w d, with d the cosine distance
-   (halved, in [0, 1]) to the nearest prompt already picked this step, w = diversity_weight.
+4. strata (by default the task family) get the predicted slots in proportion to their summed
+   v over the candidates, i.e. to the informative groups uniform sampling would draw from them:
+   the batch's family mix follows uniform's *useful* mix, so no family that still has something
+   to teach starves, and one that has nothing left (all solved, or out of reach) is not paid for;
+5. within each stratum, greedy max-marginal-relevance picks: score = (1 - w) v + w d, with d the
+   cosine distance (halved, in [0, 1]) to the nearest prompt already picked this step,
+   w = diversity_weight.
 """
 
 from __future__ import annotations
@@ -41,13 +47,37 @@ class Predictor(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
-def informativeness(theta: np.ndarray) -> np.ndarray:
-    """4 p (1 - p): the Bernoulli reward variance scaled to [0, 1] (1 at p = 0.5).
+def informativeness(theta: np.ndarray, group_size: int) -> np.ndarray:
+    """P(a group of `group_size` Bernoulli(theta) rewards is not all equal).
 
-    >>> informativeness(np.array([0.5, 0.0, 0.25])).tolist()
-    [1.0, 0.0, 0.75]
+    >>> informativeness(np.array([0.5, 0.0, 1.0]), 2).tolist()
+    [0.5, 0.0, 0.0]
     """
-    return 4.0 * theta * (1.0 - theta)
+    return 1.0 - theta**group_size - (1.0 - theta) ** group_size
+
+
+def stratum_quotas(mass: np.ndarray, available: np.ndarray, n: int, rng) -> np.ndarray:
+    """Integer slots per stratum summing to min(n, available.sum()), proportional to `mass`
+    (equal shares where every mass is 0), never above a stratum's `available` candidates.
+
+    Randomised rounding: the fractional parts are drawn in proportion to their size.
+    >>> stratum_quotas(np.array([3.0, 1.0]), np.array([10, 10]), 4, None).tolist()
+    [3, 1]
+    """
+    quota = np.zeros(len(mass), dtype=np.int64)
+    want = min(n, int(available.sum()))
+    while quota.sum() < want:
+        open_ = quota < available
+        m = np.where(open_, np.maximum(mass, 0.0), 0.0)
+        m = m if m.sum() > 0 else open_.astype(float)
+        raw = (want - quota.sum()) * m / m.sum()
+        add = np.minimum(np.floor(raw).astype(np.int64), available - quota)
+        if add.sum() == 0:  # only fractions left: one slot, drawn in proportion to them
+            frac = raw - np.floor(raw)
+            p = frac if frac.sum() > 0 else m
+            add[rng.choice(len(m), p=p / p.sum())] = 1
+        quota += add
+    return quota
 
 
 def mmr_select(
@@ -84,13 +114,22 @@ class PredictiveArgs:
     candidate_pool: int = 256
     """candidates scored per step (capped at the pool size; at least the batch size)"""
     ppm_threshold: float = 0.7
-    """minimum informativeness 4p(1-p) to be preferred (0.7: p in [0.23, 0.77])"""
+    """minimum P(group informative) to be preferred (0.7 with G = 8: p in [0.14, 0.86])"""
     diversity_weight: float = 0.3
     """weight of the distance-to-picked term in the greedy selection"""
     uniform_share: float = 0.1
     """expected share of each batch drawn uniformly from the whole pool"""
     prior_strength: float = 4.0
     """rollouts the PPM prediction is worth as a Beta prior for a prompt"""
+    skill_gate: bool = True
+    """scale the prior by the PPM's measured skill: an unskilled PPM (early on, or after the
+    policy moved) leaves a weak prior, so Thompson draws spread and selection is near uniform"""
+    min_prior_strength: float = 1.0
+    """prior strength when the PPM has no skill"""
+    skill_decay: float = 0.8
+    """per-step decay of the squared errors the skill is measured on"""
+    stratify: str = "task"
+    """split the predicted slots by 'task' family (in proportion to informative mass) or 'none'"""
     decay: float = 0.9
     """per-update decay of a prompt's own outcome counts (the policy moves on)"""
     fit_steps: int = 20
@@ -100,7 +139,11 @@ class PredictiveArgs:
 
     def __post_init__(self):
         if not 0 <= self.ppm_threshold <= 1:
-            raise ValueError(f"ppm_threshold is on 4p(1-p), in [0, 1]; got {self.ppm_threshold}")
+            raise ValueError(
+                f"ppm_threshold is a probability (informative group); got {self.ppm_threshold}"
+            )
+        if self.stratify not in ("task", "none"):
+            raise ValueError(f"stratify is 'task' or 'none'; got {self.stratify!r}")
         if not 0 <= self.diversity_weight <= 1 or not 0 <= self.uniform_share <= 1:
             raise ValueError("diversity_weight and uniform_share are weights in [0, 1]")
         if self.prior_strength <= 0:
@@ -131,17 +174,55 @@ class PredictiveSampler(PoolSampler):
         self.embeddings = embeddings
         self.own_s = np.zeros(len(self.stats))  # decayed successes per prompt
         self.own_f = np.zeros(len(self.stats))  # decayed failures
+        self.group_size = 8  # G, until the first update shows the real one
+        self.err_ppm = self.err_base = 0.0  # decayed squared errors: PPM, running mean
+        self.seen_s = self.seen_n = 0.0  # successes and attempts so far (the running mean)
+        keys = [p.task if self.args.stratify == "task" else "" for p in self.pool]
+        names = sorted(set(keys))
+        self.stratum = np.array([names.index(k) for k in keys], dtype=np.int64)
 
     def embed(self, pos: np.ndarray) -> np.ndarray:
         if self.embeddings is not None:
             return self.embeddings[pos]
         return self.ppm.embed([self.pool[i] for i in pos])
 
+    @property
+    def skill(self) -> float:
+        """The PPM's recent Brier skill against the running mean pass rate, in [0, 1].
+
+        Prequential: each step's outcomes are scored against predictions made before the PPM
+        saw them. 0 until the PPM beats always predicting the mean (e.g. before any fit)."""
+        if self.err_base <= 1e-9:
+            return 0.0
+        return float(np.clip(1.0 - max(self.err_ppm, 0.0) / self.err_base, 0.0, 1.0))
+
+    def prior_strength(self) -> float:
+        a = self.args
+        if not a.skill_gate:
+            return a.prior_strength
+        return max(a.min_prior_strength, a.prior_strength * self.skill)
+
     def posterior(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Beta(alpha, beta) per candidate: PPM prior worth prior_strength + own decayed counts."""
+        """Beta(alpha, beta) per candidate: the PPM prediction worth prior_strength() rollouts
+        plus the prompt's own decayed counts."""
         mu = np.clip(self.ppm.predict([self.pool[i] for i in pos]), 1e-3, 1 - 1e-3)
-        sidx, k = self.stats.of_pool[pos], self.args.prior_strength
+        sidx, k = self.stats.of_pool[pos], self.prior_strength()
         return k * mu + self.own_s[sidx], k * (1 - mu) + self.own_f[sidx]
+
+    def score_skill(self, prompts: list[Prompt], outcomes: list[GroupOutcome]) -> None:
+        """Fold one step's outcomes into the PPM's skill (before the PPM learns from them)."""
+        n = np.array([o.attempts for o in outcomes], dtype=float)
+        rate = np.array([o.successes for o in outcomes]) / n
+        # unbiased binomial noise of each observed rate: both errors contain it; without it a
+        # perfect PPM looks no better than the mean on the p ~ 0.5 prompts it picks
+        noise = rate * (1 - rate) / np.maximum(n - 1, 1)
+        base = self.seen_s / self.seen_n if self.seen_n else 0.5
+        r = self.args.skill_decay
+        pred = self.ppm.predict(prompts)
+        self.err_ppm = r * self.err_ppm + float(((pred - rate) ** 2 - noise).sum())
+        self.err_base = r * self.err_base + float(((base - rate) ** 2 - noise).sum())
+        self.seen_s += sum(o.successes for o in outcomes)
+        self.seen_n += sum(o.attempts for o in outcomes)
 
     def select_scored(self, step: int, batch_size: int) -> Selection:
         a = self.args
@@ -154,10 +235,8 @@ class PredictiveSampler(PoolSampler):
             pos = self.draw(size, replace=False)
             alpha, beta = self.posterior(pos)
             theta = self.rng.beta(alpha, beta)
-            value = informativeness(theta)
-            picks, elig = mmr_select(
-                value, self.embed(pos), n_pred, a.diversity_weight, value >= a.ppm_threshold
-            )
+            value = informativeness(theta, self.group_size)
+            picks, elig = self.pick(pos, value, n_pred)
             mean, std = beta_mean_std(alpha, beta)
             reason = {
                 j: "informative" if e else "below_threshold_fill"
@@ -197,7 +276,27 @@ class PredictiveSampler(PoolSampler):
                 )
         return Selection(chosen, recs)
 
+    def pick(self, pos: np.ndarray, value: np.ndarray, n: int) -> tuple[list[int], list[bool]]:
+        """Candidate indices (into pos) to train on: quotas per stratum, then MMR within each."""
+        a, emb = self.args, self.embed(pos)
+        strata = self.stratum[pos]
+        ids = np.unique(strata)
+        mass = np.array([value[strata == s].sum() for s in ids])
+        available = np.array([(strata == s).sum() for s in ids])
+        picks, elig = [], []
+        for s, q in zip(ids, stratum_quotas(mass, available, n, self.rng), strict=True):
+            if q == 0:
+                continue
+            members = np.flatnonzero(strata == s)
+            v = value[members]
+            p, e = mmr_select(v, emb[members], int(q), a.diversity_weight, v >= a.ppm_threshold)
+            picks += members[p].tolist()
+            elig += e
+        return picks, elig
+
     def observe(self, prompts: list[Prompt], idx: np.ndarray, outcomes: list[GroupOutcome]):
+        self.group_size = outcomes[0].attempts
+        self.score_skill(prompts, outcomes)
         d = self.args.decay
         touched = np.unique(idx)
         self.own_s[touched] *= d
@@ -214,8 +313,10 @@ class PredictiveSampler(PoolSampler):
             "own_s": self.own_s.copy(),
             "own_f": self.own_f.copy(),
             "ppm": self.ppm.state_dict(),
+            "skill": [self.err_ppm, self.err_base, self.seen_s, self.seen_n],
         }
 
     def load_extra_state(self, state: dict) -> None:
         self.own_s[:], self.own_f[:] = state["own_s"], state["own_f"]
         self.ppm.load_state_dict(state["ppm"])
+        self.err_ppm, self.err_base, self.seen_s, self.seen_n = state["skill"]

@@ -266,5 +266,5 @@ def write(a, results: dict, summary: dict) -> None:
     if a.summary:
         Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
         Path(a.summary).write_text(text)
-    if a.progress:
-        print_tables(summary, a.seeds)
+    print_tables(summary, a.seeds)  # --no-progress drops the live bar, never the results
+    print(f"records, plots and summary.json: {out}")
