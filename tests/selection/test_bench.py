@@ -136,11 +136,10 @@ def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
 
 def test_reasoning_gym_task_spec_resolves_to_a_verifiable_family():
     pytest.importorskip("reasoning_gym")
-    from rlstream.trainers.envs import sample_prompts, verify
-    from rlstream.trainers.selection.bench import parse_task
+    from rlstream.trainers.envs import TaskMix, sample_prompts, verify
 
-    mix = parse_task("add,rg:gcd:0.5")
-    assert mix.weights == {"add": 1.0, "rg_gcd": 0.5}
-    prompts = [p for p in sample_prompts(mix, 40, "train", 0) if p.task == "rg_gcd"]
+    mix = TaskMix.parse("add,rg:gcd:0.5")
+    assert mix.weights == {"add": 1.0, "rg:gcd": 0.5}
+    prompts = [p for p in sample_prompts(mix, 40, "train", 0) if p.task == "rg:gcd"]
     assert prompts and all(verify(p.answer, p) for p in prompts)
     assert not verify("not a number", prompts[0])

@@ -99,11 +99,14 @@ class TaskMix:
 
     @classmethod
     def parse(cls, spec: str, heldout_frac: float = 0.2) -> TaskMix:
-        """Parse 'add,sub' or 'add:2,mul:1@1-2' (name[:weight][@dmin-dmax]) into a mix."""
+        """Parse 'add,sub' or 'add:2,mul:1@1-2' (name[:weight][@dmin-dmax]) into a mix; a
+        reasoning-gym family keeps its prefix: 'rg:gcd:0.5' is rg:gcd at weight 0.5."""
         weights, diffs = {}, {}
         for part in filter(None, (p.strip() for p in spec.split(","))):
             part, _, drange = part.partition("@")
-            name, _, w = part.partition(":")
+            prefix = "rg:" if part.startswith("rg:") else ""
+            name, _, w = part.removeprefix(prefix).partition(":")
+            name = prefix + name
             weights[name] = float(w) if w else 1.0
             if drange:
                 lo, _, hi = drange.partition("-")

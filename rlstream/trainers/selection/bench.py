@@ -103,38 +103,12 @@ def quick(args: BenchArgs) -> BenchArgs:
     )
 
 
-def parse_task(spec: str) -> TaskMix:
-    """TaskMix.parse, also for reasoning-gym parts `rg:<dataset>[:weight]`.
-
-    TaskMix.parse reads `rg:<dataset>` as family 'rg' with weight '<dataset>', so each such part
-    is registered under the colon-free alias `rg_<dataset>` (same adapter, same scorer) and the
-    spec rewritten; the rewritten spec also works for the local loop's pre-training."""
-    return TaskMix.parse(task_spec(spec))
-
-
-def task_spec(spec: str) -> str:
-    """The spec with `rg:<dataset>` parts replaced by registered `rg_<dataset>` aliases."""
-    parts = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        if part.startswith("rg:"):
-            from rlstream.trainers.envs import TASKS, register_task
-            from rlstream.trainers.envs.rgym import ReasoningGymTask
-
-            name, _, rest = part.removeprefix("rg:").partition(":")
-            alias = f"rg_{name}"
-            if alias not in TASKS:
-                register_task(ReasoningGymTask(name, name=alias))
-            part = alias + (f":{rest}" if rest else "")
-        parts.append(part)
-    return ",".join(parts)
-
-
 def build_pools(a: BenchArgs, status) -> dict[str, dict]:
     """name -> {blob, pool, eval_set, cached}: the shared starting policy and prompts of each."""
     cache = Path(a.cache_dir).expanduser()
-    cfg = replace(a.pretrain, tasks=task_spec(a.task))
+    cfg = replace(a.pretrain, tasks=a.task)
     blob, cached = pretrained_policy(cfg, cache, a.loop.threads, status("pre-train"))
-    mix = parse_task(a.task)
+    mix = TaskMix.parse(a.task)
     pool = sample_prompts(mix, a.pool_size, "train", cfg.seed)
     out = {}
     if "default" in a.pools:
@@ -144,7 +118,7 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
         late, lc = late_policy(
             blob, cfg, pool, a.late_warmup, cache, a.loop, status("late warm-up")
         )
-        lmix = parse_task(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
+        lmix = TaskMix.parse(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
         lpool = sample_prompts(lmix, a.pool_size, "train", cfg.seed)
         ev = sample_prompts(lmix, a.eval_prompts, "heldout", cfg.seed)
         out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc}
