@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -534,12 +535,18 @@ def reprocess(
 def bench_loop(
     rl_steps: int = typer.Option(150, min=1, help="RL updates."),
     workers: int = typer.Option(2, min=1, max=8, help="Rollout worker processes."),
-    out: Path = typer.Option(Path("runs"), help="Where the run's report goes."),
+    repeats: int = typer.Option(3, min=1, help="Streamed runs (median and min-max over them)."),
+    compare_local: bool = typer.Option(
+        True, help="Also run the in-process loop with the same settings and seed."
+    ),
+    out: Path = typer.Option(Path("runs"), help="Where the runs' reports go."),
     overrides: list[str] = typer.Option([], "--set", help="Loop setting NAME=VALUE."),
     summary: Path | None = SummaryOpt,
 ) -> None:
-    """A default streaming run, measured: trainer idle share, request-to-experience latency,
-    policy-lag histogram, messages/s per topic."""
+    """Default streaming runs, measured: trainer idle share, request-to-experience latency,
+    policy-lag histogram, messages/s per topic, and accuracy against the in-process loop."""
+    from collections import Counter
+    from dataclasses import replace
     from datetime import UTC, datetime
 
     from rlstream.ops.loop import run_loop
@@ -549,26 +556,68 @@ def bench_loop(
     cfg = _apply_overrides(
         LoopConfig(run_id=rid, rl_steps=rl_steps, rollout_workers=workers), overrides
     )
-    figures = run_loop(cfg, out)
-    idle = figures.get("trainer_idle_share")
-    table = Table("figure", "value", "target", title=f"streaming loop, {workers} rollout workers")
-    verdict = "-" if idle is None else ("[green]met[/]" if idle < 0.2 else "[red]missed[/]")
-    table.add_row("trainer idle share", f"{idle}", f"< 0.20 {verdict}")
-    table.add_row(
-        "request -> experience p50 (ms)", str(figures["request_to_experience_p50_ms"]), ""
-    )
-    table.add_row(
-        "request -> experience p99 (ms)", str(figures["request_to_experience_p99_ms"]), ""
-    )
-    table.add_row(
-        "policy lag histogram (versions: groups)", str(figures.get("policy_lag_histogram")), ""
-    )
-    for topic, rate in sorted(figures.get("messages_per_s", {}).items()):
-        table.add_row(f"messages/s {topic}", f"{rate}", "")
-    table.add_row("final held-out greedy accuracy", str(figures.get("final_accuracy")), "")
-    table.add_row("wall s", str(figures["wall_s"]), "")
+    runs = []
+    for i in range(repeats):
+        err.print(f"streamed run {i + 1}/{repeats} ...")
+        runs.append(run_loop(replace(cfg, run_id=f"{rid}-{i}"), out))
+    local = _local_twin(cfg) if compare_local else None
+
+    def fig(key: str) -> tuple[float | None, str]:
+        vals = sorted(r[key] for r in runs if r.get(key) is not None)
+        if not vals:
+            return None, "-"
+        return statistics.median(vals), f"{vals[0]:g} - {vals[-1]:g}"
+
+    figures: dict = {"repeats": repeats, "runs": runs}
+    title = f"streaming loop, {workers} rollout workers, {repeats} runs (median, min - max)"
+    table = Table("figure", "median", "min - max", "target", title=title)
+    keys = {
+        "trainer_idle_share": "trainer idle share",
+        "request_to_experience_p50_ms": "request -> experience p50 (ms)",
+        "request_to_experience_p99_ms": "request -> experience p99 (ms)",
+        "final_accuracy": "held-out greedy accuracy, streamed",
+        "stale_dropped": "stale groups dropped",
+        "wall_s": "wall s",
+    }
+    for key, label in keys.items():
+        median, spread = fig(key)
+        figures[key] = median
+        target = ""
+        if key == "trainer_idle_share" and median is not None:
+            target = "< 0.20 " + ("[green]met[/]" if median < 0.2 else "[red]missed[/]")
+        table.add_row(label, "-" if median is None else f"{median:g}", spread, target)
+    if local is not None:
+        figures["local_accuracy"] = local
+        gap = figures["final_accuracy"] - local
+        figures["streamed_minus_local"] = round(gap, 4)
+        verdict = "[green]met[/]" if gap >= -0.03 else "[red]missed[/]"
+        table.add_row("held-out greedy accuracy, in-process", f"{local:g}", "", "")
+        table.add_row("streamed - in-process", f"{gap:+.3f}", "", f">= -0.03 {verdict}")
+    lags = sum((Counter(r.get("policy_lag_histogram") or {}) for r in runs), Counter())
+    figures["policy_lag_histogram"] = dict(sorted(lags.items()))
+    table.add_row("policy lag (versions: groups, all runs)", str(figures["policy_lag_histogram"]))
+    rates: dict[str, list[float]] = {}
+    for r in runs:
+        for topic, rate in r.get("messages_per_s", {}).items():
+            rates.setdefault(topic, []).append(rate)
+    figures["messages_per_s"] = {t: statistics.median(v) for t, v in sorted(rates.items())}
+    for topic, v in sorted(rates.items()):
+        spread = f"{min(v):g} - {max(v):g}"
+        table.add_row(f"messages/s {topic}", f"{statistics.median(v):g}", spread)
     console.print(table)
     write_summary(summary, figures)
+
+
+def _local_twin(cfg) -> float:
+    """Held-out greedy accuracy of the in-process loop with the streamed run's settings."""
+    from dataclasses import replace
+
+    from rlstream.streams.trainer import local_args
+    from rlstream.trainers.local import train_local
+
+    err.print("in-process loop with the same settings and seed ...")
+    args = replace(local_args(cfg), corpus_docs=cfg.corpus_docs, pool_size=cfg.pool_size)
+    return train_local(args)["final_accuracy"]
 
 
 @bench_app.command("broker")

@@ -156,10 +156,12 @@ class Supervisor:
                 procs.terminate(child.proc.pid, timeout_s=10)
 
 
-def child_env(endpoints: Endpoints, cfg: LoopConfig) -> dict[str, str]:
+def child_env(endpoints: Endpoints, cfg: LoopConfig, run_dir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ) | endpoints.as_env()
     env["RLSTREAM_SESSION_TIMEOUT_MS"] = str(cfg.session_timeout_ms)
     env["OMP_NUM_THREADS"] = str(cfg.threads)
+    if run_dir is not None:
+        env["RLSTREAM_FAUST_DIR"] = str(Path(run_dir).resolve() / "faust")
     return env
 
 
@@ -190,7 +192,9 @@ def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3
     with stack_or_endpoints(out / "stack") as (endpoints, embedded):
         seeded = asyncio.run(seed_topics(endpoints, cfg))
         watcher = RunWatcher(endpoints, cfg.run_id).start()
-        sup = Supervisor(cfg_path, child_env(endpoints, cfg), out / "logs", cfg.rollout_workers)
+        sup = Supervisor(
+            cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.rollout_workers
+        )
         sup.start()
         (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
         try:

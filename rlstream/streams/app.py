@@ -8,7 +8,10 @@ no transactions). Message values stay raw bytes: the Arrow codec, not faust, own
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 import faust
 import pyarrow as pa
@@ -21,6 +24,13 @@ from rlstream.schemas import Decoded, DecodeError, EventType, decode, encode, ge
 from rlstream.streams import transport
 
 log = logging.getLogger(__name__)
+
+
+def data_root() -> Path:
+    """Where faust apps keep local data: $RLSTREAM_FAUST_DIR (a run sets it to its own
+    directory), else a folder in the temp directory."""
+    root = os.environ.get("RLSTREAM_FAUST_DIR")
+    return Path(root) if root else Path(tempfile.gettempdir()) / "rlstream-faust"
 
 
 def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
@@ -41,6 +51,8 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
         topic_partitions=4,
         table_standby_replicas=0,
         web_enabled=False,
+        # faust's default is ./<app id>-data: keep the user's working directory clean
+        datadir=str(data_root() / "{conf.name}-data"),
     )
     settings.update(overrides)
     return faust.App(app_id, **settings)

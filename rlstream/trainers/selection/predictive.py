@@ -6,7 +6,9 @@ Per step:
 2. a candidate pool is drawn; the PPM predicts each candidate's pass rate mu; a Beta posterior
    per candidate combines that prediction as a prior worth `prior_strength` rollouts with the
    prompt's own decayed outcomes, and one Thompson sample theta is drawn from it (uncertain
-   prompts get explored, confident ones exploited);
+   prompts get explored, confident ones exploited); with `skill_gate` the prior's weight scales
+   with the PPM's prequential Brier skill, so a PPM that predicts no better than the mean pass
+   rate (before its first fits, or after the policy moved) leaves selection near uniform;
 3. value v = the probability that a group of G is informative, 1 - theta^G - (1 - theta)^G
    (a zero-variance group has all-zero advantages and teaches nothing); candidates with
    v >= ppm_threshold are preferred, the rest only fill a shortfall;
@@ -314,9 +316,12 @@ class PredictiveSampler(PoolSampler):
             "own_f": self.own_f.copy(),
             "ppm": self.ppm.state_dict(),
             "skill": [self.err_ppm, self.err_base, self.seen_s, self.seen_n],
+            "group_size": self.group_size,
         }
 
     def load_extra_state(self, state: dict) -> None:
         self.own_s[:], self.own_f[:] = state["own_s"], state["own_f"]
         self.ppm.load_state_dict(state["ppm"])
-        self.err_ppm, self.err_base, self.seen_s, self.seen_n = state["skill"]
+        # states saved before the skill gate existed restore with no skill measured yet
+        self.err_ppm, self.err_base, self.seen_s, self.seen_n = state.get("skill", [0.0] * 4)
+        self.group_size = state.get("group_size", self.group_size)
