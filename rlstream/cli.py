@@ -33,7 +33,7 @@ bench_app = typer.Typer(help="Benchmarks that print tables (median and spread ov
 app.add_typer(stack_app, name="stack")
 app.add_typer(bench_app, name="bench")
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)  # piped: whole table rows
 err = Console(stderr=True, soft_wrap=True)  # whole lines: logs and greps stay readable
 
 SummaryOpt = typer.Option(None, "--summary", help="Write the headline figures here as JSON.")

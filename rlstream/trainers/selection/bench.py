@@ -51,6 +51,9 @@ class BenchArgs:
     late_warmup: int = 150
     """uniform GRPO steps that turn the pre-trained checkpoint into the late pool's start
     (150: about half of uniform's groups are zero-variance there)"""
+    late_lr_warmup: int = 10
+    """learning-rate warm-up steps of the late pool's arms: a fresh optimizer at the full
+    learning rate knocks a late policy back a few points before it learns again"""
     late_extra: str = "mul:0.5"
     """family added to the late pool, out of reach of the policy ('' for none)"""
     alloc_samples: int = 4
@@ -104,7 +107,8 @@ def quick(args: BenchArgs) -> BenchArgs:
 
 
 def build_pools(a: BenchArgs, status) -> dict[str, dict]:
-    """name -> {blob, pool, eval_set, cached}: the shared starting policy and prompts of each."""
+    """name -> {blob, pool, eval, cached, loop}: each pool's shared starting policy, prompts and
+    RL settings."""
     cache = Path(a.cache_dir).expanduser()
     cfg = replace(a.pretrain, tasks=a.task)
     blob, cached = pretrained_policy(cfg, cache, a.loop.threads, status("pre-train"))
@@ -113,7 +117,7 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
     out = {}
     if "default" in a.pools:
         ev = sample_prompts(mix, a.eval_prompts, "heldout", cfg.seed)
-        out["default"] = {"blob": blob, "pool": pool, "eval": ev, "cached": cached}
+        out["default"] = {"blob": blob, "pool": pool, "eval": ev, "cached": cached, "loop": a.loop}
     if "late" in a.pools:
         late, lc = late_policy(
             blob, cfg, pool, a.late_warmup, cache, a.loop, status("late warm-up")
@@ -121,7 +125,8 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
         lmix = TaskMix.parse(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
         lpool = sample_prompts(lmix, a.pool_size, "train", cfg.seed)
         ev = sample_prompts(lmix, a.eval_prompts, "heldout", cfg.seed)
-        out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc}
+        loop = replace(a.loop, lr_warmup=a.late_lr_warmup)
+        out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc, "loop": loop}
     return out
 
 
@@ -151,8 +156,9 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
     out["uniform_zero_variance_share_last_quarter"] = M.mean_std(
         [M.phase_wasted_share(r, 0.75, 1) for r in uni]
     )
+    cost = lambda rs, key: [M.cost_to_target(r, target, key)[0] for r in rs]  # noqa: E731
     for s, rs in rows.items():
-        speed, reached, _ = M.ratio_to_baseline(rs, uni, target, "step")
+        reached = sum(M.cost_to_target(r, target, "step")[1] for r in rs)
         f = {
             "final_accuracy": M.mean_std([M.final(r)["greedy"] for r in rs]),
             "final_pass1": M.mean_std([M.final(r).get("pass1") for r in rs]),
@@ -162,7 +168,7 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
             "steps_to_target": M.mean_std([M.to_target(r, target, "step") for r in rs]),
             "rollouts_to_target": M.mean_std([M.to_target(r, target, "rollouts") for r in rs]),
             "reached_target": f"{reached}/{len(rs)}",
-            "step_speedup_vs_uniform": M.mean_std(speed),
+            "step_speedup_vs_uniform": M.ratio_of_means(cost(uni, "step"), cost(rs, "step")),
             "wasted_rollout_share": M.mean_std([M.wasted_share(r) for r in rs]),
             "rollouts_total": M.mean_std([r[-1]["rollouts"] for r in rs]),
             "trained_rollouts_total": M.mean_std([r[-1]["trained_rollouts"] for r in rs]),
@@ -179,13 +185,14 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
             },
             "score_records": int(sum(r.score_records for r in runs[s])),
         }
-        if out.get("target_note"):
-            f["steps_to_target"] = f["rollouts_to_target"] = M.mean_std([])
         f["family_change_vs_uniform"] = {k: v - uni_fam[k] for k, v in f["final_by_family"].items()}
+        f["rollout_reduction_vs_dapo"] = M.mean_std([])
         if "dapo" in rows:
-            red, _, _ = M.ratio_to_baseline(rs, rows["dapo"], target, "rollouts")
-            f["rollout_reduction_vs_dapo"] = M.mean_std([1 - 1 / x for x in red if x > 0])
-        else:
+            r = M.ratio_of_means(cost(rs, "rollouts"), cost(rows["dapo"], "rollouts"))
+            f["rollout_reduction_vs_dapo"] = r | {"mean": 1 - r["mean"]} if r["n"] else r
+        if out.get("target_note"):
+            for k in ("steps_to_target", "rollouts_to_target", "step_speedup_vs_uniform"):
+                f[k] = M.mean_std([])
             f["rollout_reduction_vs_dapo"] = M.mean_std([])
         f |= ppm_figures(runs[s], a)
         out["samplers"][s] = f
@@ -262,7 +269,7 @@ def run_bench(a: BenchArgs) -> dict:
                     res = report.load_arm(a, name, sampler, seed) if a.resume else None
                     if res is None:
                         cb = live.arm(name, sampler, seed)
-                        res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, a.loop, cb)
+                        res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, p["loop"], cb)
                         report.save_arm(a, name, res)
                     results[name][sampler].append(res)
                     live.done(name, res)

@@ -31,6 +31,8 @@ def register(bench_app: typer.Typer) -> None:
         eval_prompts: int = typer.Option(None, help="held-out prompts"),
         late_warmup: int = typer.Option(None, help="uniform steps before the late pool"),
         late_extra: str = typer.Option(None, help="out-of-reach family of the late pool"),
+        late_lr_warmup: int = typer.Option(None, help="learning-rate warm-up of late arms"),
+        ppm_features: str = typer.Option(None, help="PPM featurizers: text,hidden,confidence"),
         pretrain_steps: int = typer.Option(None, help="pre-training step cap"),
         corpus_docs: int = typer.Option(None, help="pre-training documents"),
         n_layer: int = typer.Option(None, help="policy layers"),
@@ -82,11 +84,16 @@ def register(bench_app: typer.Typer) -> None:
 def _override(a, opts: dict):
     """Explicit options win over the defaults and the --quick preset."""
     pick = lambda keys: {k: opts[k] for k in keys if opts.get(k) is not None}  # noqa: E731
-    top = pick(["steps", "pool_size", "eval_prompts", "late_warmup", "late_extra"])
+    top = pick(
+        ["steps", "pool_size", "eval_prompts", "late_warmup", "late_extra", "late_lr_warmup"]
+    )
     pre = pick(["corpus_docs", "n_layer", "n_embd", "block_size"])
     if opts.get("pretrain_steps") is not None:
         pre["max_steps"] = opts["pretrain_steps"]
     if opts.get("n_embd") is not None:
         pre["n_head"] = max(1, min(4, opts["n_embd"] // 16))
-    loop = pick(["max_new_tokens", "prompts_per_step", "group_size", "eval_every", "pass1_every"])
+    loop = pick(
+        ["max_new_tokens", "prompts_per_step", "group_size", "eval_every", "pass1_every"]
+        + ["ppm_features"]
+    )
     return replace(a, pretrain=replace(a.pretrain, **pre), loop=replace(a.loop, **loop), **top)

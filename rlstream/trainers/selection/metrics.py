@@ -3,12 +3,13 @@
 Records are dicts with at least step, rollouts, wasted, and `greedy` on evaluation rows.
 - steps/rollouts to target: the first evaluation at or above the target, linearly interpolated
   with the evaluation before it (None when never reached);
-- step speedup of a seed: mean over the baseline's seeds of its steps to target / this seed's;
-- rollout cost reduction of a seed: 1 - its rollouts to target / the baseline's mean;
+- step speedup: uniform's mean steps to target / the sampler's mean (a ratio of means over
+  seeds, spread by bootstrap);
+- rollout cost reduction: 1 - the sampler's mean rollouts to target / DAPO's mean;
 - wasted-rollout share: wasted / rollouts at the end of the run;
 - latency per step and per trained prompt (selection + sampling + update seconds).
 A seed that never reaches the target is scored at the run's end (the most optimistic bound for
-it) and counted in `reached`, so a miss is visible rather than dropped.
+it, on either side of a ratio) and counted in `reached`, so a miss is visible, not dropped.
 """
 
 from __future__ import annotations
@@ -47,26 +48,32 @@ def to_target(rows: list[dict], target: float, key: str = "step") -> float | Non
     return None
 
 
-def ratio_to_baseline(
-    runs: list[list[dict]], base: list[list[dict]], target: float, key: str
-) -> tuple[list[float], int, float | None]:
-    """Per-seed (baseline mean `key` to target) / (this seed's); seeds that miss use their end.
+def cost_to_target(rows: list[dict], target: float, key: str) -> tuple[float, bool]:
+    """(`key` at the target, reached); a run that misses is scored at its end."""
+    x = to_target(rows, target, key)
+    return (x, True) if x is not None else (float(rows[-1][key]), False)
 
-    Returns (ratios, seeds that reached, the baseline's mean)."""
-    b = [to_target(r, target, key) for r in base]
-    b = [x for x in b if x is not None]
-    if not b:
-        return [], 0, None
-    bm = float(np.mean(b))
-    if bm <= 0:  # the baseline starts at the target: nothing to speed up
-        return [], 0, None
-    out, reached = [], 0
-    for r in runs:
-        x = to_target(r, target, key)
-        reached += x is not None
-        x = x if x is not None else float(r[-1][key])
-        out.append(bm / x if x > 0 else math.inf)
-    return out, reached, bm
+
+def ratio_of_means(num: list[float], den: list[float], boots: int = 2000, seed: int = 0) -> dict:
+    """mean(num) / mean(den) as {'mean', 'std', 'n'}; std from a bootstrap that resamples the
+    seeds of each side independently (a ratio of means, not a mean of per-seed ratios, which
+    is biased upwards: uniform against itself would score above 1).
+
+    >>> ratio_of_means([4.0, 6.0], [2.0, 3.0])["mean"]
+    2.0
+    """
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    if not len(num) or not len(den) or den.mean() <= 0:
+        return {"mean": None, "std": None, "n": 0}
+    rng = np.random.default_rng(seed)
+    bn = num[rng.integers(0, len(num), (boots, len(num)))].mean(1)
+    bd = den[rng.integers(0, len(den), (boots, len(den)))].mean(1)
+    ok = bd > 0
+    return {
+        "mean": float(num.mean() / den.mean()),
+        "std": float(np.std(bn[ok] / bd[ok], ddof=1)),
+        "n": int(len(num)),
+    }
 
 
 def wasted_share(rows: list[dict]) -> float:

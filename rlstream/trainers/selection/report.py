@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -194,7 +195,7 @@ def floors_table(name: str, fig: dict) -> Table:
 
 
 def print_tables(summary: dict, seeds: int) -> None:
-    con = Console()
+    con = Console(width=None if sys.stdout.isatty() else 220)  # a log file keeps whole rows
     for name, fig in summary["pools"].items():
         con.print(pool_table(name, fig, seeds))
         if fig.get("target_note"):
