@@ -122,7 +122,6 @@ def run(
 
     if data_only:
         return _run_data_path(out, run_id, summary)
-    from rlstream.ops.loop import run_loop
     from rlstream.streams.config import LoopConfig
 
     if resume:
@@ -142,7 +141,20 @@ def run(
         )
         cfg = _apply_overrides(cfg, overrides)
     _check_sampler(cfg.sampler)
+
+    figures = _watched_run(cfg, out, timeout_s)
+    print_figures(f"run {cfg.run_id}", figures)
+    console.print(f"report: [bold]{figures['report']}[/]")
+    write_summary(summary, figures)
+    if not figures.get("completed"):
+        raise typer.Exit(1)
+
+
+def _watched_run(cfg, out: Path, timeout_s: float = 3600) -> dict:
+    """run_loop with the live view (phase, step, reward, accuracy, lag, rates, idle share)."""
     from rich.live import Live
+
+    from rlstream.ops.loop import run_loop
 
     with Live(console=console, refresh_per_second=2) as live:
 
@@ -151,12 +163,7 @@ def run(
                 console.print(f"[yellow]{line}[/]")
             live.update(_run_table(cfg, view, sup))
 
-        figures = run_loop(cfg, out, on_tick=on_tick, timeout_s=timeout_s)
-    print_figures(f"run {cfg.run_id}", figures)
-    console.print(f"report: [bold]{figures['report']}[/]")
-    write_summary(summary, figures)
-    if not figures.get("completed"):
-        raise typer.Exit(1)
+        return run_loop(cfg, out, on_tick=on_tick, timeout_s=timeout_s)
 
 
 def _apply_overrides(cfg, overrides: list[str]):
@@ -549,7 +556,6 @@ def bench_loop(
     from dataclasses import replace
     from datetime import UTC, datetime
 
-    from rlstream.ops.loop import run_loop
     from rlstream.streams.config import LoopConfig
 
     rid = datetime.now(UTC).strftime("bench-%Y%m%d-%H%M%S")
@@ -559,7 +565,7 @@ def bench_loop(
     runs = []
     for i in range(repeats):
         err.print(f"streamed run {i + 1}/{repeats} ...")
-        runs.append(run_loop(replace(cfg, run_id=f"{rid}-{i}"), out))
+        runs.append(_watched_run(replace(cfg, run_id=f"{rid}-{i}"), out))
     local = _local_twin(cfg) if compare_local else None
 
     def fig(key: str) -> tuple[float | None, str]:
