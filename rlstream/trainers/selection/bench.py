@@ -51,9 +51,9 @@ class BenchArgs:
     late_warmup: int = 150
     """uniform GRPO steps that turn the pre-trained checkpoint into the late pool's start
     (150: about half of uniform's groups are zero-variance there)"""
-    late_lr_warmup: int = 10
-    """learning-rate warm-up steps of the late pool's arms: a fresh optimizer at the full
-    learning rate knocks a late policy back a few points before it learns again"""
+    late_rl_lr: float = 3e-5
+    """RL learning rate of the late pool's arms (late in a run the rate has decayed; at the
+    default 1e-4 a fresh optimizer knocks the late policy back ~3 points before it learns)"""
     late_extra: str = "mul:0.5"
     """family added to the late pool, out of reach of the policy ('' for none)"""
     alloc_samples: int = 4
@@ -125,7 +125,7 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
         lmix = TaskMix.parse(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
         lpool = sample_prompts(lmix, a.pool_size, "train", cfg.seed)
         ev = sample_prompts(lmix, a.eval_prompts, "heldout", cfg.seed)
-        loop = replace(a.loop, lr_warmup=a.late_lr_warmup)
+        loop = replace(a.loop, rl_lr=a.late_rl_lr)
         out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc, "loop": loop}
     return out
 

@@ -31,7 +31,7 @@ def register(bench_app: typer.Typer) -> None:
         eval_prompts: int = typer.Option(None, help="held-out prompts"),
         late_warmup: int = typer.Option(None, help="uniform steps before the late pool"),
         late_extra: str = typer.Option(None, help="out-of-reach family of the late pool"),
-        late_lr_warmup: int = typer.Option(None, help="learning-rate warm-up of late arms"),
+        late_rl_lr: float = typer.Option(None, help="RL learning rate of the late pool's arms"),
         ppm_features: str = typer.Option(None, help="PPM featurizers: text,hidden,confidence"),
         pretrain_steps: int = typer.Option(None, help="pre-training step cap"),
         corpus_docs: int = typer.Option(None, help="pre-training documents"),
@@ -84,9 +84,7 @@ def register(bench_app: typer.Typer) -> None:
 def _override(a, opts: dict):
     """Explicit options win over the defaults and the --quick preset."""
     pick = lambda keys: {k: opts[k] for k in keys if opts.get(k) is not None}  # noqa: E731
-    top = pick(
-        ["steps", "pool_size", "eval_prompts", "late_warmup", "late_extra", "late_lr_warmup"]
-    )
+    top = pick(["steps", "pool_size", "eval_prompts", "late_warmup", "late_extra", "late_rl_lr"])
     pre = pick(["corpus_docs", "n_layer", "n_embd", "block_size"])
     if opts.get("pretrain_steps") is not None:
         pre["max_steps"] = opts["pretrain_steps"]

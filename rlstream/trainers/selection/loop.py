@@ -59,8 +59,6 @@ class LoopArgs:
     """longest completion"""
     rl_lr: float = 1e-4
     """RL learning rate, cosine-decayed to a tenth over `steps`"""
-    lr_warmup: int = 0
-    """steps of linear learning-rate warm-up (a fresh optimizer on a late policy needs some)"""
     kl_coef: float = 0.0
     """KL penalty to the frozen pre-trained reference"""
     eval_every: int = 2
@@ -77,9 +75,11 @@ class LoopArgs:
         default_factory=lambda: PredictiveArgs(candidate_pool=128, prior_strength=16, fit_steps=40)
     )
     """PPM-sampler settings (tuned on the default pool: see the bench report)"""
-    ppm_features: str = "text,confidence"
+    ppm_features: str = "confidence"
     """PPM featurizers: text (char n-grams), hidden (policy state at the last prompt token),
-    confidence (the policy's probability of its own greedy answer; one greedy decode)"""
+    confidence (the policy's probability of its own greedy answer; one greedy decode).
+    Default pool, 5 seeds: confidence alone r 0.64 on unseen prompts; with text r 0.54 (the
+    n-grams overfit) and PPM-guided test-time allocation fell below uniform's"""
 
     def __post_init__(self):
         if self.steps < 1 or self.eval_every < 1 or self.pass1_every < 1:
@@ -271,7 +271,7 @@ def run_arm(
     sampler = make_arm_sampler(sampler_name, pool, seed, policy, a)
     ppm = getattr(sampler, "ppm", None)
     gen = torch.Generator().manual_seed(seed + 7)
-    sched = CosineSchedule(a.rl_lr, a.lr_warmup, a.steps, a.rl_lr / 10)
+    sched = CosineSchedule(a.rl_lr, 0, a.steps, a.rl_lr / 10)
     res = ArmResult(sampler_name, seed, [])
     ev, _ = evaluate_heldout(policy, eval_set, 0, a, seed)
     res.rows.append({"step": 0, "rollouts": 0, "wasted": 0, "trained_rollouts": 0} | ev)
