@@ -30,7 +30,9 @@ def data_root() -> Path:
     """Where faust apps keep local data: $RLSTREAM_FAUST_DIR (a run sets it to its own
     directory), else a folder in the temp directory."""
     root = os.environ.get("RLSTREAM_FAUST_DIR")
-    return Path(root) if root else Path(tempfile.gettempdir()) / "rlstream-faust"
+    path = Path(root) if root else Path(tempfile.gettempdir()) / "rlstream-faust"
+    path.mkdir(parents=True, exist_ok=True)  # faust makes only the last level
+    return path
 
 
 def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:

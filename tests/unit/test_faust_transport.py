@@ -10,10 +10,11 @@ from rlstream.streams.app import make_app
 
 
 def test_faust_worker_consumers_park_fetches_briefly(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLSTREAM_FAUST_DIR", str(tmp_path))
+    monkeypatch.setenv("RLSTREAM_FAUST_DIR", str(tmp_path / "run" / "faust"))
     app = make_app("unit-transport", Endpoints(kafka_bootstrap="127.0.0.1:9"))
     assert isinstance(app.transport, transport.Transport)
-    assert app.conf.datadir == tmp_path / "unit-transport-data"
+    assert app.conf.datadir == tmp_path / "run" / "faust" / "unit-transport-data"
+    app.conf.datadir.mkdir()  # what faust does on start: only the last level
 
     async def build():  # aiokafka clients are built inside a running loop; nothing connects
         async def noop(*args):
