@@ -156,7 +156,10 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
     out["uniform_zero_variance_share_last_quarter"] = M.mean_std(
         [M.phase_wasted_share(r, 0.75, 1) for r in uni]
     )
-    cost = lambda rs, key: [M.cost_to_target(r, target, key)[0] for r in rs]  # noqa: E731
+
+    def cost(rs: list, key: str) -> list[float]:
+        return [M.cost_to_target(r, target, key)[0] for r in rs]
+
     for s, rs in rows.items():
         reached = sum(M.cost_to_target(r, target, "step")[1] for r in rs)
         f = {
