@@ -171,3 +171,20 @@ def test_skill_gate_keeps_an_unskilled_ppm_near_uniform_and_trusts_a_skilled_one
         restored = PredictiveSampler(pool, 1, args, FixedPredictor(rates), emb)
         restored.load_state_dict(s.state_dict())
         assert restored.skill == s.skill
+
+
+@pytest.mark.parametrize("tilt, hard_share", [(2.0, 1.0), (0.0, None)])
+def test_hard_tilt_prefers_the_hard_but_solvable_side(tilt, hard_share):
+    # p = 0.3 and p = 0.7 are equally informative (v is symmetric in p); the tilt breaks the tie
+    # toward the prompts the policy mostly fails, where greedy accuracy moves
+    pool = synthetic_pool(200)
+    rates = {p.prompt_id: 0.3 if i % 2 else 0.7 for i, p in enumerate(pool)}
+    assert informativeness(np.array([0.3]), 8) == pytest.approx(informativeness(np.array([0.7]), 8))
+    emb = np.random.default_rng(0).standard_normal((200, 8))
+    args = PredictiveArgs(hard_tilt=tilt, diversity_weight=0.0, **CONFIDENT)
+    s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
+    picks = [int(p.answer) % 2 for step in range(5) for p in s.select(step, 20)]
+    if hard_share is not None:
+        assert np.mean(picks) == hard_share
+    else:  # untilted: Thompson noise decides, both sides get picked
+        assert 0.2 < np.mean(picks) < 0.8

@@ -23,15 +23,17 @@ import numpy as np
 from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.selection import metrics as M
 from rlstream.trainers.selection.allocation import compare_allocations
-from rlstream.trainers.selection.loop import LoopArgs, run_arm
+from rlstream.trainers.selection.loop import LoopArgs, arm_spec, run_arm
 from rlstream.trainers.selection.policies import PretrainConfig, late_policy, pretrained_policy
 from rlstream.trainers.selection.ppm import calibration
+from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
 
 
 @dataclass
 class BenchArgs:
-    samplers: str = "uniform,dapo,greso,mopps,ppm"
-    """comma-separated registered samplers (uniform and dapo are the baselines)"""
+    samplers: str = "uniform,dapo,greso,mopps,ppm,ppm:confidence"
+    """comma-separated registered samplers (uniform and dapo are the baselines); `ppm:<f>`
+    is the PPM sampler with featurizers f (ppm:confidence: no reference answer used)"""
     seeds: int = 3
     """seeds per sampler (seed s of every sampler starts from the same checkpoint)"""
     steps: int = 40
@@ -82,6 +84,12 @@ class BenchArgs:
         names = self.sampler_names
         if "uniform" not in names:
             raise ValueError("the benchmark measures against uniform: keep it in --samplers")
+        for name in names:
+            base, _ = arm_spec(name, self.loop)
+            if base not in SELECTION_SAMPLERS:
+                raise ValueError(
+                    f"samplers: unknown {base!r}; known: {', '.join(sorted(SELECTION_SAMPLERS))}"
+                )
 
     @property
     def sampler_names(self) -> list[str]:

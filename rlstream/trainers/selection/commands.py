@@ -13,7 +13,10 @@ def register(bench_app: typer.Typer) -> None:
 
     @bench_app.command("selection")
     def bench_selection(
-        samplers: str = typer.Option("uniform,dapo,greso,mopps,ppm", help="samplers to compare"),
+        samplers: str = typer.Option(
+            "uniform,dapo,greso,mopps,ppm,ppm:confidence",
+            help="samplers to compare; ppm:<featurizers> is a PPM variant",
+        ),
         seeds: int = typer.Option(3, help="seeds per sampler"),
         steps: int = typer.Option(None, help="RL steps per arm [default: 40; --quick 30]"),
         pool: str = typer.Option("both", help="default | late | both"),
@@ -32,7 +35,9 @@ def register(bench_app: typer.Typer) -> None:
         late_warmup: int = typer.Option(None, help="uniform steps before the late pool"),
         late_extra: str = typer.Option(None, help="out-of-reach family of the late pool"),
         late_rl_lr: float = typer.Option(None, help="RL learning rate of the late pool's arms"),
-        ppm_features: str = typer.Option(None, help="PPM featurizers: text,hidden,confidence"),
+        ppm_features: str = typer.Option(
+            None, help="PPM featurizers of the ppm arm: reference,confidence,hidden,text"
+        ),
         pretrain_steps: int = typer.Option(None, help="pre-training step cap"),
         corpus_docs: int = typer.Option(None, help="pre-training documents"),
         n_layer: int = typer.Option(None, help="policy layers"),

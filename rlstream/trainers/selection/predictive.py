@@ -130,6 +130,11 @@ class PredictiveArgs:
     """prior strength when the PPM has no skill"""
     skill_decay: float = 0.8
     """per-step decay of the squared errors the skill is measured on"""
+    hard_tilt: float = 0.0
+    """rank eligible candidates by v x (1 - theta)^hard_tilt: > 0 prefers the hard-but-solvable
+    side of the informative band (a prompt the policy mostly fails but sometimes solves is
+    where greedy accuracy and pass@k move; one it mostly solves is already right). Pays only
+    with a PPM that separates hard-but-solvable from out of reach (see the bench report)"""
     stratify: str = "task"
     """split the predicted slots by 'task' family (in proportion to informative mass) or 'none'"""
     decay: float = 0.9
@@ -238,7 +243,7 @@ class PredictiveSampler(PoolSampler):
             alpha, beta = self.posterior(pos)
             theta = self.rng.beta(alpha, beta)
             value = informativeness(theta, self.group_size)
-            picks, elig = self.pick(pos, value, n_pred)
+            picks, elig = self.pick(pos, value, n_pred, value * (1 - theta) ** a.hard_tilt)
             mean, std = beta_mean_std(alpha, beta)
             reason = {
                 j: "informative" if e else "below_threshold_fill"
@@ -278,8 +283,12 @@ class PredictiveSampler(PoolSampler):
                 )
         return Selection(chosen, recs)
 
-    def pick(self, pos: np.ndarray, value: np.ndarray, n: int) -> tuple[list[int], list[bool]]:
-        """Candidate indices (into pos) to train on: quotas per stratum, then MMR within each."""
+    def pick(
+        self, pos: np.ndarray, value: np.ndarray, n: int, rank: np.ndarray | None = None
+    ) -> tuple[list[int], list[bool]]:
+        """Candidate indices (into pos) to train on: quotas per stratum by summed `value`, then
+        MMR within each on `rank` (default: value) among those with value >= ppm_threshold."""
+        rank = value if rank is None else rank
         a, emb = self.args, self.embed(pos)
         strata = self.stratum[pos]
         ids = np.unique(strata)
@@ -290,8 +299,8 @@ class PredictiveSampler(PoolSampler):
             if q == 0:
                 continue
             members = np.flatnonzero(strata == s)
-            v = value[members]
-            p, e = mmr_select(v, emb[members], int(q), a.diversity_weight, v >= a.ppm_threshold)
+            ok = value[members] >= a.ppm_threshold
+            p, e = mmr_select(rank[members], emb[members], int(q), a.diversity_weight, ok)
             picks += members[p].tolist()
             elig += e
         return picks, elig

@@ -1,0 +1,56 @@
+"""The PPM's policy featurizers and the bench's arm names (`ppm:<featurizers>`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlstream.trainers.envs.base import make_prompt
+from rlstream.trainers.model import GPTConfig
+from rlstream.trainers.policy import build_policy
+from rlstream.trainers.selection.bench import BenchArgs
+from rlstream.trainers.selection.loop import LoopArgs, arm_spec, reference_likelihood
+
+
+def _naive_probability(policy, text: str, answer: str, temperature: float) -> float:
+    """Token by token on the unpadded sequence: prod_t softmax(logits / T)[next token]."""
+    tok, p = policy.tok, 1.0
+    seq = tok.encode(text)
+    for nxt in tok.encode(answer + "\n"):
+        logits = policy.model(torch.tensor([seq]))[0, -1] / temperature
+        p *= float(torch.softmax(logits, -1)[nxt])
+        seq.append(nxt)
+    return p
+
+
+@torch.no_grad()
+def test_reference_likelihood_is_the_probability_of_sampling_the_answer():
+    torch.manual_seed(0)
+    policy = build_policy(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32))
+    # prompts and answers of several lengths: the batched pass groups them by total length
+    rows = [("1+2=", "3"), ("12+30=", "42"), ("7-5=", "2"), ("99+1=", "100"), ("3+4=", "07")]
+    prompts = [make_prompt("add", t, a, 1) for t, a in rows]
+    for temperature in (1.0, 0.5):
+        got = reference_likelihood(policy, prompts, temperature, max_new_tokens=8)
+        want = [_naive_probability(policy, t, a, temperature) for t, a in rows]
+        np.testing.assert_allclose(got[:, 0], want, rtol=1e-4)
+        np.testing.assert_allclose(got[:, 1] * 8, np.log(want), rtol=1e-4)
+        n_tokens = np.array([len(a) + 1 for _, a in rows])
+        assert (got[:, 2] * 4 <= got[:, 1] * 8 / n_tokens + 1e-5).all()  # min token <= mean
+    # an answer longer than the completion budget can never be sampled
+    long = reference_likelihood(policy, prompts[3:4], 1.0, max_new_tokens=3)
+    assert long[0, 0] == 0.0 and long[0, 1] == pytest.approx(-30 / 8)
+
+
+def test_arm_names_pick_the_ppm_featurizers():
+    a = LoopArgs(ppm_features="reference")
+    assert arm_spec("ppm", a) == ("ppm", ["reference"])
+    assert arm_spec("ppm:confidence,text", a) == ("ppm", ["confidence", "text"])
+    assert arm_spec("uniform", a)[0] == "uniform"
+    with pytest.raises(ValueError, match="only ppm takes featurizers"):
+        arm_spec("greso:text", a)
+    with pytest.raises(ValueError, match="ppm_features"):
+        arm_spec("ppm:pixels", a)
+    with pytest.raises(ValueError, match="unknown 'gps'"):
+        BenchArgs(samplers="uniform,gps")
