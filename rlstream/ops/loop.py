@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer
-from rlstream.ops import procs
+from rlstream.ops import metrics, procs
 from rlstream.schemas import get, make_event_id, rows_to_batch
 from rlstream.streams.config import LoopConfig
 from rlstream.trainers.envs import TaskMix, sample_prompts
@@ -197,6 +197,8 @@ def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3
         )
         sup.start()
         (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
+        targets = metrics.file_sd_targets(sup.metrics_endpoints(), cfg.run_id)
+        (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=2))
         try:
             ok = wait_for_trainer(
                 sup, lambda news: on_tick and on_tick(watcher.view, sup, news), timeout_s

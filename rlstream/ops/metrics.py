@@ -56,6 +56,22 @@ TRAINER_ACCURACY = Gauge(
 TRAINER_GRAD_NORM = Gauge("rlstream_trainer_grad_norm", "Gradient norm of the latest update.")
 
 
+def file_sd_targets(endpoints: dict[str, str], run_id: str) -> list[dict]:
+    """Prometheus file_sd entries for a run's processes ({name: http://host:port/metrics}):
+    one target per process, labelled with job, process and run_id (the alert rules'
+    `up{job="rlstream"}` and their `instance` come from these)."""
+    out = []
+    for name, url in sorted(endpoints.items()):
+        hostport = url.split("://", 1)[-1].split("/", 1)[0]
+        out.append(
+            {
+                "targets": [hostport],
+                "labels": {"job": "rlstream", "process": name, "run_id": run_id},
+            }
+        )
+    return out
+
+
 def serve(port: int, addr: str = "127.0.0.1") -> None:
     """Expose the default registry on http://addr:port/metrics."""
     start_http_server(port, addr=addr, registry=REGISTRY)

@@ -80,6 +80,13 @@ def test_the_loop_completes_and_reports(loop_run):
     assert figures["experience_trained"] == STEPS * P * G - figures["stale_dropped"] * G
     assert sum(figures["policy_lag_histogram"].values()) == figures["groups_consumed"]
     assert 0 < figures["request_to_experience_p50_ms"] <= figures["request_to_experience_p99_ms"]
+    # Prometheus can scrape the run: one file_sd target per process, where metrics.json says
+    served = json.loads((out / "loop-it" / "metrics.json").read_text())
+    targets = json.loads((out / "loop-it" / "prometheus-targets.json").read_text())
+    assert {t["labels"]["process"] for t in targets} == set(served)
+    for t in targets:
+        assert t["labels"]["job"] == "rlstream" and t["labels"]["run_id"] == "loop-it"
+        assert served[t["labels"]["process"]] == f"http://{t['targets'][0]}/metrics"
 
 
 def test_environment_state_is_in_qdrant(loop_run):

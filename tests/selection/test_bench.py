@@ -68,6 +68,8 @@ def test_bench_records_invariants(tmp_path, cache_dir):
     assert pool["samplers"]["ppm"]["ppm_calibration_prompts"] > 0
     assert "compute_saved" in pool["samplers"]["ppm"]["allocation"]
     assert pool["samplers"]["ppm"]["score_records"] > 0
+    q = pool["samplers"]["ppm"]["int8_scoring"]  # INT8 scoring's cost, on the same prompts
+    assert 0 <= q["mean_abs_change"]["mean"] <= q["max_abs_change"]["mean"] < 0.1
     assert set(pool["floors"]) >= {"wasted_share_vs_uniform", "ppm_pearson_r"}
     assert (tmp_path / "accuracy_default.png").stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())["pools"]["default"]

@@ -25,7 +25,7 @@ from rlstream.trainers.selection import metrics as M
 from rlstream.trainers.selection.allocation import compare_allocations
 from rlstream.trainers.selection.loop import LoopArgs, arm_spec, run_arm
 from rlstream.trainers.selection.policies import PretrainConfig, late_policy, pretrained_policy
-from rlstream.trainers.selection.ppm import calibration
+from rlstream.trainers.selection.ppm import calibration, pearson_r
 from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
 
 
@@ -216,16 +216,29 @@ def ppm_figures(results: list, a: BenchArgs) -> dict:
     cal = [calibration(*np.array(r.calibration).T) for r in results if r.calibration]
     if not cal:
         return {"ppm_pearson_r": M.mean_std([]), "ppm_brier": M.mean_std([])}
-    allocs = []
+    allocs, int8 = [], []
     for r in results:
         pred, obs = np.array(r.allocation["pred"]), np.array(r.allocation["observed"])
         allocs.append(compare_allocations(pred, obs, a.alloc_samples * len(pred)))
-    return {
+        if "pred_int8" in r.allocation:  # arms saved before INT8 was measured have none
+            q = np.array(r.allocation["pred_int8"])
+            int8.append(
+                {
+                    "mean_abs_change": float(np.abs(q - pred).mean()),
+                    "max_abs_change": float(np.abs(q - pred).max()),
+                    "pearson_r_float": pearson_r(pred, obs),
+                    "pearson_r_int8": pearson_r(q, obs),
+                }
+            )
+    out = {
         "ppm_pearson_r": M.mean_std([c["pearson_r"] for c in cal]),
         "ppm_brier": M.mean_std([c["brier"] for c in cal]),
         "ppm_calibration_prompts": int(sum(c["n_prompts"] for c in cal)),
         "allocation": {k: M.mean_std([x[k] for x in allocs]) for k in allocs[0]},
     }
+    if int8:
+        out["int8_scoring"] = {k: M.mean_std([x[k] for x in int8]) for k in int8[0]}
+    return out
 
 
 def floors(pool: dict) -> dict:

@@ -226,11 +226,14 @@ class PromptPredictiveModel:
         return float(loss.detach())
 
     @torch.no_grad()
-    def predict(self, prompts: list[Prompt]) -> np.ndarray:
-        """Predicted pass rate (N,) in (0, 1) for any prompts, seen or not."""
+    def predict(self, prompts: list[Prompt], int8: bool | None = None) -> np.ndarray:
+        """Predicted pass rate (N,) in (0, 1) for any prompts, seen or not; int8 True/False
+        forces INT8 or float scoring (default: as `int8_scoring` says)."""
         if not prompts:
             return np.zeros(0)
         net = self._int8 if self._int8 is not None else self.net.eval()
+        if int8 is not None:
+            net = quantize_int8(self.net) if int8 else self.net.eval()
         return torch.sigmoid(net(torch.from_numpy(self.features(prompts)))).numpy().astype(float)
 
     def state_dict(self) -> dict:

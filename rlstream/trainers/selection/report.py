@@ -62,7 +62,8 @@ class Live:
         self.progress.console.print(
             f"[{time.time() - self.t0:6.0f} s] {pool} {res.sampler} seed {res.seed}: "
             f"greedy {r.get('greedy', float('nan')):.3f}, rollouts {r['rollouts']}, "
-            f"wasted {r['wasted'] / max(1, r['rollouts']):.2f}"
+            f"wasted {r['wasted'] / max(1, r['rollouts']):.2f}",
+            soft_wrap=True,  # a log file keeps the whole line (a pipe's console is 80 wide)
         )
 
     def arm(self, pool: str, sampler: str, seed: int):
@@ -210,6 +211,13 @@ def print_tables(summary: dict, seeds: int) -> None:
                 f"uniform {_ms(al['uniform_accuracy'], pct=True)}, PPM-guided "
                 f"{_ms(al['guided_accuracy'], pct=True)}; compute saved at uniform's accuracy "
                 f"{_ms(al['compute_saved'], pct=True)}"
+            )
+        q = fig["samplers"].get("ppm", {}).get("int8_scoring")
+        if q:
+            con.print(
+                f"INT8 PPM scoring ({name}, final held-out predictions): mean |Δp| "
+                f"{_ms(q['mean_abs_change'], digits=4)}, max {_ms(q['max_abs_change'], digits=3)}; "
+                f"Pearson r float {_ms(q['pearson_r_float'])} vs INT8 {_ms(q['pearson_r_int8'])}"
             )
 
 
