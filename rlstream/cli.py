@@ -141,6 +141,7 @@ def run(
         )
         cfg = _apply_overrides(cfg, overrides)
     _check_sampler(cfg.sampler)
+    _check_ppm_features(cfg.ppm_features)
 
     figures = _watched_run(cfg, out, timeout_s)
     print_figures(f"run {cfg.run_id}", figures)
@@ -181,6 +182,15 @@ def _check_sampler(name: str) -> None:
             f"--sampler {name!r}: use one of {known} (dapo needs "
             "roll-out-then-filter, which the streaming loop does not do)"
         )
+
+
+def _check_ppm_features(spec: str) -> None:
+    from rlstream.trainers.selection.policy_features import check_features
+
+    try:
+        check_features(spec)
+    except ValueError as e:
+        raise typer.BadParameter(f"--set {e}") from None
 
 
 def _run_table(cfg, view, sup) -> Table:

@@ -47,6 +47,10 @@ TRAINER_IDLE_SECONDS = Counter(
 TRAINER_STALE_GROUPS = Counter(
     "rlstream_trainer_stale_groups_total", "Groups dropped for exceeding the policy-lag bound."
 )
+TRAINER_ZERO_VARIANCE_GROUPS = Counter(
+    "rlstream_trainer_zero_variance_groups_total",
+    "Groups consumed whose rewards were all equal (zero advantage: rollouts that teach nothing).",
+)
 TRAINER_DUPLICATES = Counter(
     "rlstream_trainer_duplicate_rows_total", "Experience rows skipped as already seen."
 )

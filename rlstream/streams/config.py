@@ -47,6 +47,9 @@ class LoopConfig:
     """held-out prompts evaluated"""
     sampler: str = "uniform"
     """prompt sampler (rlstream.trainers.selection registry)"""
+    ppm_features: str = "reference"
+    """featurizers of the ppm sampler's predictive model: reference, confidence, hidden (read
+    the newest policy, which the scheduler then follows) and/or text"""
     rollout_workers: int = 2
     """rollout worker processes"""
     threads: int = 1

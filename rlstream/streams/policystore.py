@@ -57,8 +57,8 @@ async def publish_policy(
 class PolicyFollower:
     """Tracks the newest announced policy of a run and keeps its weights loaded."""
 
-    def __init__(self, endpoints: Endpoints, run_id: str):
-        self.endpoints, self.run_id = endpoints, run_id
+    def __init__(self, endpoints: Endpoints, run_id: str, role: str = "rollout_worker"):
+        self.endpoints, self.run_id, self.role = endpoints, run_id, role
         self.store = ObjectStore(endpoints)
         self.policy: Policy | None = None
         self.ready = asyncio.Event()
@@ -77,6 +77,6 @@ class PolicyFollower:
         data = await asyncio.to_thread(self.store.get_bytes, name)
         self.policy = policy_from_bytes(data)
         self.loads += 1
-        metrics.POLICY_VERSION.labels("rollout_worker").set(self.policy.version)
+        metrics.POLICY_VERSION.labels(self.role).set(self.policy.version)
         self.ready.set()
         log.info("loaded policy version %d", self.policy.version)

@@ -12,6 +12,12 @@ Rewards flow back into the sampler's statistics as groups complete.
 
 Scoring and selection share one process because samplers score candidates from a pool that is
 drawn from again and again; a stateless score_prompts over a one-shot stream would not see it.
+
+With `sampler=ppm` and policy featurizers (`ppm_features`, default `reference`: the policy's
+probability of each candidate's reference answer), the scheduler follows rl.policy_versions.v1
+like a rollout worker, loads the newest weights, and re-featurizes candidates when they change.
+Completed groups reach the sampler in batches (one update per poll), so the PPM is fitted once
+per batch of groups, not once per group.
 """
 
 from __future__ import annotations
@@ -31,8 +37,14 @@ from rlstream.connectors.reading import ReadRange, follow_run, read_topic
 from rlstream.ops import metrics
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams.config import LoopConfig
+from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection import records_to_batch
+from rlstream.trainers.selection.policy_features import (
+    check_features,
+    make_policy_ppm_sampler,
+    tuned_args,
+)
 from rlstream.trainers.selection.registry import make_selection_sampler
 
 log = logging.getLogger(__name__)
@@ -142,12 +154,45 @@ def collection_name(run_id: str) -> str:
 
 class Scheduler:
     def __init__(self, cfg: LoopConfig, endpoints: Endpoints, pool: list[Prompt]):
-        self.cfg, self.endpoints = cfg, endpoints
-        self.sampler = make_selection_sampler(cfg.sampler, pool, cfg.seed)
+        self.cfg, self.endpoints, self.pool = cfg, endpoints, pool
+        self.follower: PolicyFollower | None = None
+        self.featured_version: int | None = None  # the policy the PPM's cached features read
+        self.sampler = None
+        if cfg.sampler == "ppm" and set(check_features(cfg.ppm_features)) - {"text"}:
+            self.follower = PolicyFollower(endpoints, cfg.run_id, role="scheduler")
+        else:
+            self.sampler = self.make_sampler()
         self.by_id = {p.prompt_id: p for p in pool}
         self.issued_rounds = 0
         self.rewards: dict[str, list[float]] = defaultdict(list)
         self.env_state = EnvironmentState(endpoints, cfg.run_id)
+
+    def make_sampler(self):
+        cfg = self.cfg
+        if cfg.sampler != "ppm":
+            return make_selection_sampler(cfg.sampler, self.pool, cfg.seed)
+        return make_policy_ppm_sampler(
+            self.pool,
+            cfg.seed,
+            lambda: self.follower.policy,
+            check_features(cfg.ppm_features),
+            tuned_args(),
+            cfg.temperature,
+            cfg.max_new_tokens,
+        )
+
+    async def ready(self) -> None:
+        """Wait for the first policy when the sampler reads one, then build the sampler."""
+        if self.follower is not None and self.sampler is None:
+            await self.follower.ready.wait()
+            self.sampler = self.make_sampler()
+
+    def select(self, round_: int) -> list[Prompt]:
+        """The sampler's picks; features are recomputed first when a newer policy arrived."""
+        if self.follower is not None and self.follower.policy.version != self.featured_version:
+            self.sampler.ppm.refresh_features()
+            self.featured_version = self.follower.policy.version
+        return self.sampler.select(round_, self.cfg.prompts_per_step)
 
     def request_rows(self, prompts: list[Prompt], round_: int) -> list[dict]:
         return [
@@ -170,6 +215,7 @@ class Scheduler:
         cfg = self.cfg
         while not demand.started and not demand.done:  # no requests before a policy exists
             await asyncio.sleep(0.1)
+        await self.ready()
         while not demand.done:
             in_flight = self.issued_rounds * cfg.prompts_per_step - demand.groups_consumed
             metrics.SCHEDULER_IN_FLIGHT.set(in_flight)
@@ -177,7 +223,7 @@ class Scheduler:
                 await asyncio.sleep(0.05)
                 continue
             round_ = self.issued_rounds
-            prompts = self.sampler.select(round_, cfg.prompts_per_step)
+            prompts = self.select(round_)
             records = getattr(self.sampler, "last_records", [])
             if records:
                 batch = records_to_batch(records, cfg.run_id, demand.rl_step)
@@ -215,7 +261,10 @@ class Scheduler:
             await c.stop()
 
     def _observe(self, rows: list[dict]) -> None:
+        """Collect rewards per request; the groups completed by these rows go to the sampler in
+        one update."""
         seen: dict[str, set[int]] = defaultdict(set)
+        done: list[tuple[Prompt, list[float]]] = []
         for r in rows:
             if r["sample_idx"] in seen[r["request_id"]]:
                 continue
@@ -225,8 +274,10 @@ class Scheduler:
                 prompt = self.by_id.get(r["prompt_id"])
                 rewards = self.rewards.pop(r["request_id"])
                 if prompt is not None:
-                    self.sampler.update([prompt], [rewards])
+                    done.append((prompt, rewards))
                     self.env_state.observe(prompt, rewards, r["policy_version"])
+        if done and self.sampler is not None:
+            self.sampler.update([p for p, _ in done], [g for _, g in done])
 
 
 def _strings(values: list[str]):
@@ -243,6 +294,7 @@ async def serve(cfg: LoopConfig, endpoints: Endpoints) -> None:
     scheduler = Scheduler(cfg, endpoints, pool)
     log.info("scheduler: %d prompts in the pool, sampler %s", len(pool), cfg.sampler)
     demand = Demand()
+    follow = asyncio.create_task(scheduler.follower.run()) if scheduler.follower else None
     try:
         async with EventProducer(endpoints) as producer:
             await asyncio.gather(
@@ -251,6 +303,10 @@ async def serve(cfg: LoopConfig, endpoints: Endpoints) -> None:
                 scheduler.learn_from_rewards(demand),
             )
     finally:
+        if follow is not None:
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
         scheduler.env_state.close()
 
 

@@ -250,6 +250,9 @@ class StreamTrainer:
         self.counters["stale_dropped"] += metrics["dropped_groups"]
         prom.TRAINER_STALE_GROUPS.inc(metrics["dropped_groups"])
         self.counters["groups_consumed"] += len(groups)
+        zero = sum(len({r["reward"] for r in g}) == 1 for g in groups)  # no learning signal
+        self.counters["zero_variance_groups"] += zero
+        prom.TRAINER_ZERO_VARIANCE_GROUPS.inc(zero)
         trained = len(groups) - metrics["dropped_groups"]
         if trained:
             stale = {
@@ -376,6 +379,9 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         "duplicates_trained": len(trainer.trained_ids) - len(set(trainer.trained_ids)),
         "stale_dropped": int(c["stale_dropped"]),
         "groups_consumed": int(c["groups_consumed"]),
+        "zero_variance_share": round(c["zero_variance_groups"] / c["groups_consumed"], 4)
+        if c["groups_consumed"]
+        else None,
         "corpus_fed": int(c["corpus_fed"]),
         "trainer_idle_share": round(c["idle_s"] / wall, 4) if wall else None,
         "policy_lag_histogram": {

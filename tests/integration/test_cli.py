@@ -27,6 +27,17 @@ def test_bad_where_and_bad_time_are_one_line_errors(stack_home):
     assert result.returncode == 2 and "cannot read time 'yesterday'" in result.stderr
 
 
+def test_bad_run_settings_are_one_line_errors(tmp_path):
+    # checked before anything starts: no stack, no processes
+    for args, words in (
+        (["--sampler", "dapo"], "--sampler 'dapo'"),
+        (["--sampler", "ppm", "--set", "ppm_features=pixels"], "ppm_features"),
+    ):
+        result = cli("run", "--out", str(tmp_path), *args, check=False)
+        assert result.returncode == 2 and words in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
 def test_unreachable_broker_is_a_one_line_error(tmp_path):
     lines = tmp_path / "p.jsonl"
     lines.write_text('{"prompt_id": "a", "text": "t", "task": "x"}\n')

@@ -1,5 +1,6 @@
 """The whole streaming loop (`rlstream run`) on the real broker, S3 server and local Qdrant,
-with two rollout workers, for a few RL steps."""
+with two rollout workers, for a few RL steps, selecting prompts with the PPM sampler (which
+makes the scheduler follow the policy too)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ def loop_run(stack_home, tmp_path_factory):
         "2",
         "--run-id",
         "loop-it",
+        "--sampler",
+        "ppm",
         "--out",
         str(out),
         "--summary",
@@ -138,6 +141,22 @@ def test_policy_versions_advance_and_both_workers_use_them(loop_run):
     rollouts = _rows("rollouts")
     assert {r["worker_id"] for r in rollouts} == {"w1", "w2"}  # two workers shared the load
     assert len({r["policy_version"] for r in rollouts}) >= 2  # workers picked up new weights
+
+
+def test_the_ppm_scheduler_records_every_decision_and_reads_the_policy(loop_run):
+    figures, out, _ = loop_run
+    scores = _rows("prompt_scores")
+    requested = [r["prompt_id"] for r in _rows("rollout_requests")]
+    assert {r["sampler"] for r in scores} == {"ppm"}
+    picked = [r for r in scores if r["selected"]]
+    assert sorted(r["prompt_id"] for r in picked) == sorted(requested)  # audited one to one
+    assert {r["reason"] for r in picked} <= {"informative", "below_threshold_fill", "uniform_share"}
+    assert any(r["reason"] == "not_picked" for r in scores)  # candidates were turned down
+    assert max(r["ppm_version"] for r in scores) > 0  # the PPM was fitted on rewards
+    assert all(0.0 <= r["predicted_pass_rate"] <= 1.0 for r in scores)
+    log = (out / "loop-it" / "logs" / "scheduler.log").read_text()
+    assert "loaded policy version" in log  # it featurizes candidates with the newest weights
+    assert 0.0 <= figures["zero_variance_share"] <= 1.0
 
 
 def test_eval_results_arrive(loop_run):

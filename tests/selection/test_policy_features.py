@@ -10,7 +10,8 @@ from rlstream.trainers.envs.base import make_prompt
 from rlstream.trainers.model import GPTConfig
 from rlstream.trainers.policy import build_policy
 from rlstream.trainers.selection.bench import BenchArgs
-from rlstream.trainers.selection.loop import LoopArgs, arm_spec, reference_likelihood
+from rlstream.trainers.selection.loop import LoopArgs, arm_spec
+from rlstream.trainers.selection.policy_features import reference_likelihood
 
 
 def _naive_probability(policy, text: str, answer: str, temperature: float) -> float:

@@ -14,7 +14,6 @@ rate those samples observe.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,13 +32,12 @@ from rlstream.trainers.policy import (
 from rlstream.trainers.rl import Experience, RLArgs
 from rlstream.trainers.sampling import sample
 from rlstream.trainers.selection.dapo import DynamicSamplingSampler, fill_batch
-from rlstream.trainers.selection.features import (
-    ConcatFeaturizer,
-    HiddenStateFeaturizer,
-    TextFeaturizer,
+from rlstream.trainers.selection.policy_features import (
+    check_features,
+    make_policy_ppm_sampler,
+    tuned_args,
 )
-from rlstream.trainers.selection.ppm import PPMArgs, PromptPredictiveModel
-from rlstream.trainers.selection.predictive import PredictiveArgs, PredictiveSampler
+from rlstream.trainers.selection.predictive import PredictiveArgs
 from rlstream.trainers.selection.registry import make_selection_sampler
 
 
@@ -71,11 +69,7 @@ class LoopArgs:
     """samples per held-out prompt at the last step (test-time allocation needs pass rates)"""
     threads: int = 1
     """torch threads (2 shared cores: 1 avoids contention, the PPM needs 1)"""
-    ppm: PredictiveArgs = field(
-        default_factory=lambda: PredictiveArgs(
-            candidate_pool=128, prior_strength=16, fit_steps=40, hard_tilt=2.0
-        )
-    )
+    ppm: PredictiveArgs = field(default_factory=tuned_args)
     """PPM-sampler settings (tuned on the default pool: see the bench report)"""
     ppm_features: str = "reference"
     """PPM featurizers (comma-separated): reference (the policy's probability of the reference
@@ -89,19 +83,6 @@ class LoopArgs:
         if self.steps < 1 or self.eval_every < 1 or self.pass1_every < 1:
             raise ValueError("steps, eval_every and pass1_every must be >= 1")
         check_features(self.ppm_features)
-
-
-PPM_FEATURES = ("reference", "confidence", "hidden", "text")
-
-
-def check_features(spec: str) -> list[str]:
-    """The featurizer names in a comma-separated spec; an unknown one is a ValueError."""
-    names = [f.strip() for f in spec.split(",") if f.strip()]
-    if not names or not set(names) <= set(PPM_FEATURES):
-        raise ValueError(
-            f"ppm_features: comma-separated from {', '.join(PPM_FEATURES)}; got {spec!r}"
-        )
-    return names
 
 
 def arm_spec(name: str, a: LoopArgs) -> tuple[str, list[str]]:
@@ -129,89 +110,14 @@ class ArmResult:
     """the trained policy, when run_arm was asked to keep it"""
 
 
-@torch.no_grad()
-def last_token_hidden(policy: Policy, prompts: list[Prompt]) -> np.ndarray:
-    """(N, n_embd): the policy's final-layer state at each prompt's last token ('=')."""
-    m, out = policy.model, np.zeros((len(prompts), policy.model.config.n_embd), np.float32)
-    by_len: dict[int, list[int]] = defaultdict(list)
-    for i, p in enumerate(prompts):
-        by_len[len(p.text)].append(i)
-    for length, idx in by_len.items():
-        x = torch.tensor([policy.tok.encode(prompts[i].text) for i in idx])
-        h = m.wte(x) + m.wpe(torch.arange(length))  # (n, T, C)
-        for block in m.h:
-            h = block(h)
-        out[idx] = m.ln_f(h)[:, -1].numpy()
-    return out
-
-
-@torch.no_grad()
-def greedy_confidence(policy: Policy, prompts: list[Prompt], max_new_tokens: int) -> np.ndarray:
-    """(N, 3): the policy's probability of its own greedy answer, its mean and min token log-prob.
-
-    One greedy decode, no reference answer and no verifier: a confident policy gives a group
-    that is all the same (all right or all wrong), an unsure one a mixed, informative group."""
-    s = sample(policy.model, policy.tok, [p.text for p in prompts], 1, max_new_tokens, 0.0)
-    out = np.zeros((len(prompts), 3), np.float32)
-    for i, lp in enumerate(s.logprobs):
-        lp = np.asarray(lp or [0.0])
-        out[i] = (np.exp(lp.sum()), lp.mean() / 4, lp.min() / 4)
-    return out
-
-
-@torch.no_grad()
-def reference_likelihood(
-    policy: Policy, prompts: list[Prompt], temperature: float, max_new_tokens: int
-) -> np.ndarray:
-    """(N, 3): the policy's probability of the reference answer and its stop token at the
-    rollout temperature, that log-probability / 8, and the least likely token's log-prob / 4.
-
-    One teacher-forced forward pass, no sampling. For an exact-match verifier this probability
-    is the pass rate of a temperature sample (up to whitespace variants); for free-form answers
-    (chains of thought) it is only a proxy. An answer longer than `max_new_tokens` cannot be
-    sampled: probability 0, log-probabilities at the -30 floor."""
-    m, tok = policy.model, policy.tok
-    t, floor = max(temperature, 1e-3), -30.0
-    out = np.tile(np.float32([0.0, floor / 8, floor / 4]), (len(prompts), 1))
-    by_len: dict[int, list[int]] = defaultdict(list)
-    enc = [tok.encode(p.text + p.answer + tok.itos[tok.eos_id]) for p in prompts]
-    for i, (p, e) in enumerate(zip(prompts, enc, strict=True)):
-        if len(p.answer) + 1 <= max_new_tokens and len(e) <= m.config.block_size + 1:
-            by_len[len(e)].append(i)
-    for length, idx in by_len.items():
-        x = torch.tensor([enc[i] for i in idx])
-        n_ans = torch.tensor([length - len(tok.encode(prompts[i].text)) for i in idx])
-        logp = torch.log_softmax(m(x[:, :-1]).float() / t, -1)
-        lp = logp.gather(-1, x[:, 1:, None]).squeeze(-1)  # (n, T-1): log p(token t+1)
-        cols = torch.arange(length - 1)[None]
-        ans = cols >= (length - 1 - n_ans)[:, None]
-        lp = lp.clamp(min=floor)
-        total = (lp * ans).sum(1).clamp(min=floor)
-        low = lp.masked_fill(~ans, 0.0).min(1).values
-        out[idx] = torch.stack([total.exp(), total / 8, low / 4], 1).numpy()
-    return out
-
-
 def make_arm_sampler(name: str, pool: list[Prompt], seed: int, policy: Policy, a: LoopArgs):
-    """The registered sampler; the PPM one (`ppm[:featurizers]`) gets the featurizers named."""
+    """The registered sampler; the PPM one (`ppm[:featurizers]`) reads the featurizers named."""
     base, features = arm_spec(name, a)
     if base != "ppm":
         return make_selection_sampler(base, pool, seed)
-    T, n_new = a.temperature, a.max_new_tokens
-    policy_features = {
-        "reference": (lambda ps: reference_likelihood(policy, ps, T, n_new), 3),
-        "confidence": (lambda ps: greedy_confidence(policy, ps, n_new), 3),
-        "hidden": (lambda ps: last_token_hidden(policy, ps), policy.model.config.n_embd),
-    }
-    parts = [
-        TextFeaturizer() if f == "text" else HiddenStateFeaturizer(*policy_features[f])
-        for f in features
-    ]
-    ppm = PromptPredictiveModel(PPMArgs(seed=seed), featurizer=ConcatFeaturizer(parts))
-    # diversity is measured on the prompts' text, not on the policy features the PPM reads
-    # (spreading picks over confidence would push them to the uninformative extremes)
-    emb = TextFeaturizer()(pool)
-    return PredictiveSampler(pool, seed, args=a.ppm, ppm=ppm, embeddings=emb)
+    return make_policy_ppm_sampler(
+        pool, seed, lambda: policy, features, a.ppm, a.temperature, a.max_new_tokens
+    )
 
 
 @torch.no_grad()
