@@ -121,15 +121,18 @@ def make_policy_ppm_sampler(
     """The PPM sampler reading `features` of `policy()` (called at every scoring, so it can
     return a newer policy each time; call `sampler.ppm.refresh_features()` when it changes)."""
     T, n_new = temperature, max_new_tokens
-    policy_features = {
-        "reference": (lambda ps: reference_likelihood(policy(), ps, T, n_new), 3),
-        "confidence": (lambda ps: greedy_confidence(policy(), ps, n_new), 3),
-        "hidden": (lambda ps: last_token_hidden(policy(), ps), policy().model.config.n_embd),
-    }
-    parts = [
-        TextFeaturizer() if f == "text" else HiddenStateFeaturizer(*policy_features[f])
-        for f in features
-    ]
+
+    def part(name: str):  # text needs no policy; hidden asks it for its width
+        if name == "text":
+            return TextFeaturizer()
+        if name == "reference":
+            return HiddenStateFeaturizer(lambda ps: reference_likelihood(policy(), ps, T, n_new), 3)
+        if name == "confidence":
+            return HiddenStateFeaturizer(lambda ps: greedy_confidence(policy(), ps, n_new), 3)
+        dim = policy().model.config.n_embd
+        return HiddenStateFeaturizer(lambda ps: last_token_hidden(policy(), ps), dim)
+
+    parts = [part(f) for f in features]
     ppm = PromptPredictiveModel(PPMArgs(seed=seed), featurizer=ConcatFeaturizer(parts))
     # diversity is measured on the prompts' text, not on the policy features the PPM reads
     # (spreading picks over confidence would push them to the uninformative extremes)

@@ -16,8 +16,9 @@ Per step:
    v over the candidates, i.e. to the informative groups uniform sampling would draw from them:
    the batch's family mix follows uniform's *useful* mix, so no family that still has something
    to teach starves, and one that has nothing left (all solved, or out of reach) is not paid for;
-5. within each stratum, greedy max-marginal-relevance picks: score = (1 - w) v + w d, with d the
-   cosine distance (halved, in [0, 1]) to the nearest prompt already picked this step,
+5. within each stratum, greedy max-marginal-relevance picks: score = (1 - w) r + w d, with
+   r = v (1 - theta)^hard_tilt (0 by default: r = v; > 0 leans to the hard-but-solvable side),
+   d the cosine distance (halved, in [0, 1]) to the nearest prompt already picked this step,
    w = diversity_weight.
 """
 
