@@ -60,8 +60,12 @@ def loop_run(stack_home, tmp_path_factory):
     return json.loads(summary.read_text()), out, result
 
 
+def _rows_of(run_id: str, event: str) -> list[dict]:
+    return asyncio.run(_run_rows(Endpoints.from_env(), event, run_id))
+
+
 def _rows(event: str) -> list[dict]:
-    return asyncio.run(_run_rows(Endpoints.from_env(), event, "loop-it"))
+    return _rows_of("loop-it", event)
 
 
 def test_the_loop_completes_and_reports(loop_run):
@@ -262,7 +266,9 @@ async def _topic_rows(topic: str) -> list[dict]:
     return rows
 
 
-def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_home, tmp_path):
+def _kill_mid_run(tmp_path, run_id: str, module: str, steps: int, *extra: str) -> dict:
+    """Start `rlstream run`, SIGKILL its `module` process once RL reached step 3, let the
+    supervisor restart it, and return the run's figures."""
     import os
     import signal
     import subprocess
@@ -271,7 +277,6 @@ def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_hom
 
     import psutil
 
-    run_id, steps = "loop-crash", 8
     summary = tmp_path / "summary.json"
     args = [
         sys.executable,
@@ -289,6 +294,7 @@ def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_hom
         *SMALL,
         "--set",
         "checkpoint_every=2",
+        *extra,
     ]
     run = subprocess.Popen(
         args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
@@ -300,22 +306,44 @@ def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_hom
             if any(r["phase"] == "rl" and r["step"] >= 3 for r in rows):
                 break
             time.sleep(1)
-        trainers = [
+        victims = [
             p
             for p in psutil.process_iter(["cmdline"])
-            if "rlstream.streams.trainer" in " ".join(p.info["cmdline"] or [])
+            if module in " ".join(p.info["cmdline"] or [])
             and f"{run_id}/loop.json" in " ".join(p.info["cmdline"] or [])
         ]
-        assert len(trainers) == 1
-        os.kill(trainers[0].pid, signal.SIGKILL)
+        assert len(victims) == 1
+        os.kill(victims[0].pid, signal.SIGKILL)
         assert run.wait(600) == 0, run.stderr.read()[-3000:]
     finally:
         if run.poll() is None:
             run.kill()
-    figures = json.loads(summary.read_text())
+    return json.loads(summary.read_text())
+
+
+def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_home, tmp_path):
+    steps = 8
+    figures = _kill_mid_run(tmp_path, "loop-crash", "rlstream.streams.trainer", steps)
     assert figures["restarts"] == {"trainer": 1}
     assert figures["completed"] and figures["rl_steps"] == steps
     assert figures["duplicates_trained"] == 0 and figures["archive_matches_topic"]
+
+
+def test_a_killed_scheduler_continues_its_rounds_and_its_sampler_state(stack_home, tmp_path):
+    run_id, steps = "loop-sched-crash", 10
+    figures = _kill_mid_run(
+        tmp_path, run_id, "rlstream.streams.scheduler", steps, "--sampler", "ppm"
+    )
+    assert figures["restarts"] == {"scheduler": 1}
+    assert figures["completed"] and figures["rl_steps"] == steps
+    assert figures["duplicates_trained"] == 0 and figures["archive_matches_topic"]
+    ids = [r["request_id"] for r in _rows_of(run_id, "rollout_requests")]
+    assert len(ids) == len(set(ids))  # the restarted scheduler did not re-issue round 0..
+    # ..and paced itself: never more than target_in_flight (16) groups beyond what was trained
+    assert len(ids) <= steps * P + 16 + P
+    log = (tmp_path / run_id / "logs" / "scheduler.log").read_text()
+    assert "continuing at round" in log and "snapshot found" in log
+    assert "restored the sampler state of round" in log
 
 
 def test_resume_continues_from_the_last_checkpoint(loop_run):

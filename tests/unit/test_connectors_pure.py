@@ -111,3 +111,10 @@ def test_dead_letter_batch_keeps_source_reason_and_raw_bytes():
     assert json.loads(row["raw_headers"]) == {"event": "rollouts"}
     again = dead_letter_batch(record, NotArrow("other words"), consumer_name="test")
     assert again.column("event_id").equals(batch.column("event_id"))  # idempotent
+
+
+def test_request_ids_carry_their_round():
+    from rlstream.streams.scheduler import round_of
+
+    assert round_of("loop-it-r000012-003") == 12
+    assert round_of("run-20261130-r000000-000") == 0  # run ids may contain dashes
