@@ -47,6 +47,9 @@ TRAINER_IDLE_SECONDS = Counter(
 TRAINER_STALE_GROUPS = Counter(
     "rlstream_trainer_stale_groups_total", "Groups dropped for exceeding the policy-lag bound."
 )
+TRAINER_GROUPS = Counter(
+    "rlstream_trainer_groups_total", "Experience groups consumed (trained or dropped as stale)."
+)
 TRAINER_ZERO_VARIANCE_GROUPS = Counter(
     "rlstream_trainer_zero_variance_groups_total",
     "Groups consumed whose rewards were all equal (zero advantage: rollouts that teach nothing).",

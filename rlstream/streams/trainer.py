@@ -253,6 +253,7 @@ class StreamTrainer:
         zero = sum(len({r["reward"] for r in g}) == 1 for g in groups)  # no learning signal
         self.counters["zero_variance_groups"] += zero
         prom.TRAINER_ZERO_VARIANCE_GROUPS.inc(zero)
+        prom.TRAINER_GROUPS.inc(len(groups))
         trained = len(groups) - metrics["dropped_groups"]
         if trained:
             stale = {

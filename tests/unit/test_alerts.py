@@ -1,8 +1,10 @@
-"""The Prometheus alert rules (compose/prometheus/alerts.yml): they name only metrics rlstream
-declares, they parse, and promtool's unit tests (alerts.test.yml) fire and stay quiet as meant."""
+"""The Prometheus alert rules (compose/prometheus/alerts.yml) and the Grafana dashboard: they
+name only metrics rlstream declares, the rules parse, and promtool's unit tests
+(alerts.test.yml) fire and stay quiet as meant."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,7 +17,9 @@ from prometheus_client import REGISTRY
 
 import rlstream.ops.metrics  # noqa: F401  (declares every metric on the default registry)
 
-RULES = Path(__file__).parents[2] / "compose" / "prometheus"
+COMPOSE = Path(__file__).parents[2] / "compose"
+RULES = COMPOSE / "prometheus"
+DASHBOARD = COMPOSE / "grafana" / "provisioning" / "dashboards" / "rlstream.json"
 
 
 def exposed_names() -> set[str]:
@@ -32,6 +36,15 @@ def test_alerts_name_only_declared_metrics():
     assert not missing, f"alerts.yml names undeclared metrics: {sorted(missing)}"
     config = yaml.safe_load((RULES / "prometheus.yml").read_text())
     assert "alerts.yml" in config["rule_files"]
+
+
+def test_dashboard_panels_query_only_declared_metrics():
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    used = {n for e in exprs for n in re.findall(r"rlstream_\w+", e)}
+    assert len(panels) >= 8 and used
+    missing = used - exposed_names()
+    assert not missing, f"the dashboard queries undeclared metrics: {sorted(missing)}"
 
 
 def promtool() -> str:
