@@ -104,7 +104,9 @@ def _root(
 def run(
     rl_steps: int = typer.Option(150, min=1, help="RL updates."),
     tasks: str = typer.Option("add,sub", help="Task mix, e.g. add,sub or add:2,mul@1-2."),
-    sampler: str = typer.Option("uniform", help="Prompt sampler: uniform, greso, mopps, ppm."),
+    sampler: str = typer.Option(
+        "ppm", help="Prompt sampler: ppm (predictive, reads the policy), uniform, greso, mopps."
+    ),
     workers: int = typer.Option(2, min=1, max=8, help="Rollout worker processes."),
     seed: int = typer.Option(0, help="Seed of splits, corpus, init and sampling."),
     out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
