@@ -301,7 +301,7 @@ def collect(endpoints: Endpoints, cfg: LoopConfig) -> dict:
     archived = archive.column("event_id").to_pylist() if archive.num_rows else []
     published_ids = {r["event_id"] for r in published}
     requests = asyncio.run(_run_rows(endpoints, "rollout_requests", cfg.run_id))
-    figures = {"run_id": cfg.run_id, **trainer}
+    figures = {"run_id": cfg.run_id, "sampler": cfg.sampler, **trainer}
     figures |= {
         "experience_published": len(published_ids),
         "experience_messages_redelivered": len(published) - len(published_ids),

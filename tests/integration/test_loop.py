@@ -160,7 +160,7 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_the_policy(loop_run)
     assert all(0.0 <= r["predicted_pass_rate"] <= 1.0 for r in scores)
     log = (out / "loop-it" / "logs" / "scheduler.log").read_text()
     assert "loaded policy version" in log  # it featurizes candidates with the newest weights
-    assert 0.0 <= figures["zero_variance_share"] <= 1.0
+    assert 0.0 <= figures["zero_variance_share"] <= 1.0 and figures["sampler"] == "ppm"
 
 
 def test_eval_results_arrive(loop_run):
