@@ -181,8 +181,8 @@ def _check_sampler(name: str) -> None:
     if name == "dapo" or name not in SELECTION_SAMPLERS:
         known = ", ".join(n for n in sorted(SELECTION_SAMPLERS) if n != "dapo")
         raise typer.BadParameter(
-            f"--sampler {name!r}: use one of {known} (dapo needs "
-            "roll-out-then-filter, which the streaming loop does not do)"
+            f"--sampler {name!r}: use one of {known} (for DAPO's dynamic sampling, streamed, "
+            "add --set filter_zero_variance=true to any of them)"
         )
 
 

@@ -50,6 +50,14 @@ class LoopConfig:
     ppm_features: str = "reference"
     """featurizers of the ppm sampler's predictive model: reference, confidence, hidden (read
     the newest policy, which the scheduler then follows) and/or text"""
+    filter_zero_variance: bool = False
+    """drop groups whose rewards are all equal instead of training on them (DAPO's dynamic
+    sampling, streamed: dropped groups count as consumed, so the scheduler's pacing refills
+    the batch); they still count in zero_variance_share"""
+    filter_max_rounds: int = 8
+    """the filter's cap: once filter_max_rounds x prompts_per_step groups were dropped for one
+    batch, zero-variance groups fill the rest of it (DAPO's round cap: a pool the policy
+    cannot learn from must not stall the loop)"""
     rollout_workers: int = 2
     """rollout worker processes"""
     threads: int = 1

@@ -235,8 +235,29 @@ class StreamTrainer:
             group = self.pending[row["request_id"]]
             group[row["sample_idx"]] = row
             if len(group) == self.cfg.group_size:
-                self.ready.append([group[i] for i in sorted(group)])
+                rows_in_order = [group[i] for i in sorted(group)]
                 del self.pending[row["request_id"]]
+                if self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
+                    self.drop_zero_variance(rows_in_order)
+                else:
+                    self.ready.append(rows_in_order)
+
+    def filtering(self) -> bool:
+        """Whether zero-variance groups are dropped now (on, and under the batch's cap)."""
+        cap = self.cfg.filter_max_rounds * self.cfg.prompts_per_step
+        return self.cfg.filter_zero_variance and self.counters["filtered_this_batch"] < cap
+
+    def drop_zero_variance(self, group: list[dict]) -> None:
+        """A group that teaches nothing, filtered out: consumed (the scheduler refills), counted,
+        never trained."""
+        lag = self._version() - group[0]["policy_version"]
+        self.counters[f"lag_{lag}"] += 1
+        self.counters["groups_consumed"] += 1
+        self.counters["zero_variance_groups"] += 1
+        self.counters["filtered_groups"] += 1
+        self.counters["filtered_this_batch"] += 1
+        prom.TRAINER_GROUPS.inc()
+        prom.TRAINER_ZERO_VARIANCE_GROUPS.inc()
 
     def update(self, groups: list[list[dict]]) -> dict:
         run = self.run
@@ -250,6 +271,7 @@ class StreamTrainer:
         self.counters["stale_dropped"] += metrics["dropped_groups"]
         prom.TRAINER_STALE_GROUPS.inc(metrics["dropped_groups"])
         self.counters["groups_consumed"] += len(groups)
+        self.counters["filtered_this_batch"] = 0
         zero = sum(len({r["reward"] for r in g}) == 1 for g in groups)  # no learning signal
         self.counters["zero_variance_groups"] += zero
         prom.TRAINER_ZERO_VARIANCE_GROUPS.inc(zero)
@@ -283,6 +305,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
     try:
         await trainer.announce(producer)
         started = last_signal = time.monotonic()
+        filtered_announced = counters["filtered_groups"]
         while run.rl_step < cfg.rl_steps:
             waited = time.monotonic()
             while len(trainer.ready) < cfg.prompts_per_step:
@@ -294,6 +317,11 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                             await dead.send(record, error)
                             continue
                         trainer.take([r for r in rows if r["run_id"] == cfg.run_id])
+                refill = counters["filtered_groups"] > filtered_announced
+                if refill and time.monotonic() - last_signal > 0.2:  # filtered: refill them now
+                    filtered_announced = counters["filtered_groups"]
+                    await trainer.announce(producer, upload=False)
+                    last_signal = time.monotonic()
                 if time.monotonic() - last_signal > 2.0:  # keep the scheduler's demand fresh
                     await trainer.announce(producer, upload=False)
                     last_signal = time.monotonic()
@@ -383,6 +411,7 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         "zero_variance_share": round(c["zero_variance_groups"] / c["groups_consumed"], 4)
         if c["groups_consumed"]
         else None,
+        "filtered_groups": int(c["filtered_groups"]),
         "corpus_fed": int(c["corpus_fed"]),
         "trainer_idle_share": round(c["idle_s"] / wall, 4) if wall else None,
         "policy_lag_histogram": {

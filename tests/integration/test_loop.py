@@ -147,6 +147,40 @@ def test_policy_versions_advance_and_both_workers_use_them(loop_run):
     assert len({r["policy_version"] for r in rollouts}) >= 2  # workers picked up new weights
 
 
+def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home, tmp_path):
+    # DAPO's dynamic sampling, streamed: dropped groups count as consumed and get refilled
+    summary = tmp_path / "summary.json"
+    cli(
+        "run",
+        "--rl-steps",
+        str(STEPS),
+        "--sampler",
+        "uniform",
+        "--run-id",
+        "loop-filter",
+        "--out",
+        str(tmp_path),
+        "--summary",
+        str(summary),
+        *SMALL,
+        "--set",
+        "filter_zero_variance=true",
+        "--set",
+        "filter_max_rounds=2",
+        timeout=900,
+    )
+    figures = json.loads(summary.read_text())
+    assert figures["completed"] and figures["rl_steps"] == STEPS
+    # this barely pre-trained policy gets most prompts all wrong: the filter drops groups, up
+    # to its cap of 2 rounds x P per batch, and then lets zero-variance groups fill the batch
+    assert 0 < figures["filtered_groups"] <= STEPS * 2 * P
+    trained_groups = figures["experience_trained"] // G + figures["stale_dropped"]
+    assert trained_groups == STEPS * P  # every update still had a full batch
+    assert figures["groups_consumed"] == trained_groups + figures["filtered_groups"]
+    zero = round(figures["zero_variance_share"] * figures["groups_consumed"])
+    assert zero >= figures["filtered_groups"]
+
+
 def test_the_ppm_scheduler_records_every_decision_and_reads_the_policy(loop_run):
     figures, out, _ = loop_run
     scores = _rows("prompt_scores")
