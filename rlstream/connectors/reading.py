@@ -126,6 +126,21 @@ async def read_topic(
         await c.stop()
 
 
+async def read_run_rows(endpoints: Endpoints, topic: str, run_id: str) -> list[dict]:
+    """The decoded rows of `run_id` on `topic`, read from the beginning to the highwater.
+    Undecodable messages are skipped (their consumers dead-letter them)."""
+    from rlstream.schemas import DecodeError, decode
+
+    rows = []
+    async for record in read_topic(endpoints, topic, ReadRange()):
+        try:
+            batch = decode(record.value, record.headers).to_pylist()
+        except DecodeError:
+            continue
+        rows += [r for r in batch if r["run_id"] == run_id]
+    return rows
+
+
 async def follow_run(
     endpoints: Endpoints, topics: list[str], run_id: str, *, poll_ms: int = 200
 ) -> AsyncIterator[dict[str, list[dict]]]:

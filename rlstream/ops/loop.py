@@ -227,17 +227,9 @@ def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3
 
 
 async def _run_rows(endpoints: Endpoints, event_name: str, run_id: str) -> list[dict]:
-    from rlstream.connectors.reading import ReadRange, read_topic
-    from rlstream.schemas import DecodeError, decode
+    from rlstream.connectors.reading import read_run_rows
 
-    rows = []
-    async for record in read_topic(endpoints, get(event_name).topic, ReadRange()):
-        try:
-            batch = decode(record.value, record.headers).batch
-        except DecodeError:
-            continue
-        rows += [r for r in batch.to_pylist() if r["run_id"] == run_id]
-    return rows
+    return await read_run_rows(endpoints, get(event_name).topic, run_id)
 
 
 def rl_rates(view) -> dict[str, float]:

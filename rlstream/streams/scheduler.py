@@ -42,7 +42,7 @@ from pathlib import Path
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.connectors.reading import ReadRange, follow_run, read_topic
+from rlstream.connectors.reading import follow_run, read_run_rows
 from rlstream.ops import metrics
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams.config import LoopConfig
@@ -66,20 +66,15 @@ async def load_pool(endpoints: Endpoints, run_id: str) -> list[Prompt]:
     """The run's train prompts from rl.prompts.v1 (a bounded read). A prompt may be in the pool
     more than once (as in the in-process loop's pool); redelivered events collapse by id."""
     pool: dict[str, Prompt] = {}
-    async for record in read_topic(endpoints, PROMPTS.topic, ReadRange()):
-        try:
-            rows = decode(record.value, record.headers).to_pylist()
-        except DecodeError:
-            continue
-        for r in rows:
-            if r["run_id"] == run_id and r.get("split") != "heldout":
-                pool[r["event_id"]] = Prompt(
-                    r["prompt_id"],
-                    r["text"],
-                    r["task"],
-                    r.get("difficulty") or 0,
-                    r.get("answer") or "",
-                )
+    for r in await read_run_rows(endpoints, PROMPTS.topic, run_id):
+        if r.get("split") != "heldout":
+            pool[r["event_id"]] = Prompt(
+                r["prompt_id"],
+                r["text"],
+                r["task"],
+                r.get("difficulty") or 0,
+                r.get("answer") or "",
+            )
     return list(pool.values())
 
 
@@ -174,16 +169,8 @@ def round_of(request_id: str) -> int:
 
 async def issued_rounds_so_far(endpoints: Endpoints, run_id: str) -> int:
     """Rounds of this run already on rl.rollout_requests.v1 (0 for a new run)."""
-    last = -1
-    async for record in read_topic(endpoints, REQUESTS.topic, ReadRange()):
-        try:
-            rows = decode(record.value, record.headers).to_pylist()
-        except DecodeError:
-            continue
-        for r in rows:
-            if r["run_id"] == run_id:
-                last = max(last, round_of(r["request_id"]))
-    return last + 1
+    rows = await read_run_rows(endpoints, REQUESTS.topic, run_id)
+    return max((round_of(r["request_id"]) + 1 for r in rows), default=0)
 
 
 class Scheduler:
