@@ -30,8 +30,10 @@ app = typer.Typer(
 )
 stack_app = typer.Typer(help="The embedded stack: Tansu broker, SeaweedFS S3, local Qdrant.")
 bench_app = typer.Typer(help="Benchmarks that print tables (median and spread over repeats).")
+config_app = typer.Typer(help="The run settings: every default, nested by concern.")
 app.add_typer(stack_app, name="stack")
 app.add_typer(bench_app, name="bench")
+app.add_typer(config_app, name="config")
 
 console = Console(width=None if sys.stdout.isatty() else 160)  # piped: whole table rows
 err = Console(stderr=True, soft_wrap=True)  # whole lines: logs and greps stay readable
@@ -102,19 +104,27 @@ def _root(
 
 @app.command()
 def run(
-    rl_steps: int = typer.Option(150, min=1, help="RL updates."),
-    tasks: str = typer.Option("add,sub", help="Task mix, e.g. add,sub or add:2,mul@1-2."),
-    sampler: str = typer.Option(
-        "ppm", help="Prompt sampler: ppm (predictive, reads the policy), uniform, greso, mopps."
+    config: Path | None = trainer_commands.ConfigOpt,
+    rl_steps: int | None = typer.Option(None, min=1, help="rl.steps: RL updates."),
+    tasks: str | None = typer.Option(None, help="data.tasks, e.g. add,sub or add:2,mul@1-2."),
+    sampler: str | None = typer.Option(
+        None, help="selection.sampler: ppm (predictive, reads the policy), uniform, greso, mopps."
     ),
-    workers: int = typer.Option(2, min=1, max=8, help="Rollout worker processes."),
-    seed: int = typer.Option(0, help="Seed of splits, corpus, init and sampling."),
+    algo: str | None = typer.Option(None, help="rl.algo: grpo or ppo (value head + GAE)."),
+    hybrid: bool | None = typer.Option(
+        None, "--hybrid/--no-hybrid", help="rl.hybrid: mix pre-training loss into RL updates."
+    ),
+    reward_rules: Path | None = typer.Option(
+        None, help="rl.reward_rules: JSON reward rules that score_rollouts applies."
+    ),
+    workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
+    seed: int | None = typer.Option(None, help="Seed of splits, corpus, init and sampling."),
     out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
     run_id: str = typer.Option("", help="Run id [default: from the time]."),
     resume: str | None = typer.Option(None, help="Continue RUN_ID from its last checkpoint."),
     data_only: bool = typer.Option(False, help="Only publish, read back and replay prompts."),
     timeout_s: float = typer.Option(3600, help="Give up if the trainer is not done by then."),
-    overrides: list[str] = typer.Option([], "--set", help="Loop setting NAME=VALUE (LoopConfig)."),
+    overrides: list[str] = trainer_commands.SetOpt,
     summary: Path | None = SummaryOpt,
 ) -> None:
     """The main job: the streaming RL loop on the embedded stack (started and stopped here) or
@@ -124,33 +134,44 @@ def run(
 
     if data_only:
         return _run_data_path(out, run_id, summary)
-    from rlstream.streams.config import LoopConfig
-
     if resume:
-        path = out / resume / "loop.json"
+        path = out / resume / "config.json"
         if not path.exists():
             raise typer.BadParameter(f"no run {resume!r} under {out} (missing {path})")
-        cfg = LoopConfig.read(path)
-    else:
-        rid = run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S")
-        cfg = LoopConfig(
-            run_id=rid,
-            tasks=tasks,
-            seed=seed,
-            rl_steps=rl_steps,
-            sampler=sampler,
-            rollout_workers=workers,
-        )
-        cfg = _apply_overrides(cfg, overrides)
-    _check_sampler(cfg.sampler)
-    _check_ppm_features(cfg.ppm_features)
-
+        config, run_id = path, resume
+    cfg = trainer_commands.build_config(
+        config, overrides, rl__steps=rl_steps, data__tasks=tasks, selection__sampler=sampler,
+        rl__algo=algo, rl__hybrid=hybrid, rl__reward_rules=None if reward_rules is None else
+        str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
+        run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
+    )  # fmt: skip
     figures = _watched_run(cfg, out, timeout_s)
     print_figures(f"run {cfg.run_id}", figures)
     console.print(f"report: [bold]{figures['report']}[/]")
     write_summary(summary, figures)
     if not figures.get("completed"):
         raise typer.Exit(1)
+
+
+@config_app.command("show")
+def config_show(
+    config: Path | None = trainer_commands.ConfigOpt,
+    overrides: list[str] = trainer_commands.SetOpt,
+    describe: bool = typer.Option(False, "--describe", help="Every setting with its meaning."),
+) -> None:
+    """Print the effective config (defaults < --config file < --set) as YAML, the shape
+    `--config` reads; --describe lists every setting with its default and meaning."""
+    from rlstream.config import Config
+    from rlstream.config import describe as describe_settings
+    from rlstream.config import show
+
+    if describe:
+        table = Table("setting", "default", "meaning", title="rlstream settings")
+        for name, default, doc in describe_settings(Config):
+            table.add_row(name, default, doc)
+        console.print(table)
+        return
+    print(show(trainer_commands.build_config(config, overrides)), end="")
 
 
 def _watched_run(cfg, out: Path, timeout_s: float = 3600) -> dict:
@@ -169,39 +190,13 @@ def _watched_run(cfg, out: Path, timeout_s: float = 3600) -> dict:
         return run_loop(cfg, out, on_tick=on_tick, timeout_s=timeout_s)
 
 
-def _apply_overrides(cfg, overrides: list[str]):
-    from dataclasses import replace
-
-    return replace(cfg, **trainer_commands.parse_overrides(overrides, type(cfg)))
-
-
-def _check_sampler(name: str) -> None:
-    from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
-
-    if name == "dapo" or name not in SELECTION_SAMPLERS:
-        known = ", ".join(n for n in sorted(SELECTION_SAMPLERS) if n != "dapo")
-        raise typer.BadParameter(
-            f"--sampler {name!r}: use one of {known} (for DAPO's dynamic sampling, streamed, "
-            "add --set filter_zero_variance=true to any of them)"
-        )
-
-
-def _check_ppm_features(spec: str) -> None:
-    from rlstream.trainers.selection.policy_features import check_features
-
-    try:
-        check_features(spec)
-    except ValueError as e:
-        raise typer.BadParameter(f"--set {e}") from None
-
-
 def _run_table(cfg, view, sup) -> Table:
     def pct(x):
         return "-" if x is None else f"{100 * x:.1f}%"
 
     table = Table(title=f"rlstream run {cfg.run_id}", show_header=False)
     table.add_row("phase", view.phase)
-    table.add_row("RL step", f"{view.rl_step} / {cfg.rl_steps}")
+    table.add_row("RL step", f"{view.rl_step} / {cfg.rl.steps}")
     table.add_row("held-out greedy / pass@1", f"{pct(view.accuracy)} / {pct(view.pass1)}")
     table.add_row("batch reward", "-" if view.reward is None else f"{view.reward:.3f}")
     table.add_row(
@@ -552,14 +547,15 @@ def reprocess(
 
 @bench_app.command("loop")
 def bench_loop(
-    rl_steps: int = typer.Option(150, min=1, help="RL updates."),
-    workers: int = typer.Option(2, min=1, max=8, help="Rollout worker processes."),
+    config: Path | None = trainer_commands.ConfigOpt,
+    rl_steps: int | None = typer.Option(None, min=1, help="rl.steps: RL updates."),
+    workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
     repeats: int = typer.Option(3, min=1, help="Streamed runs (median and min-max over them)."),
     compare_local: bool = typer.Option(
         True, help="Also run the in-process loop with the same settings and seed."
     ),
     out: Path = typer.Option(Path("runs"), help="Where the runs' reports go."),
-    overrides: list[str] = typer.Option([], "--set", help="Loop setting NAME=VALUE."),
+    overrides: list[str] = trainer_commands.SetOpt,
     summary: Path | None = SummaryOpt,
 ) -> None:
     """Default streaming runs, measured: trainer idle share, request-to-experience latency,
@@ -568,12 +564,11 @@ def bench_loop(
     from dataclasses import replace
     from datetime import UTC, datetime
 
-    from rlstream.streams.config import LoopConfig
-
     rid = datetime.now(UTC).strftime("bench-%Y%m%d-%H%M%S")
-    cfg = _apply_overrides(
-        LoopConfig(run_id=rid, rl_steps=rl_steps, rollout_workers=workers), overrides
+    cfg = trainer_commands.build_config(
+        config, overrides, run_id=rid, rl__steps=rl_steps, loop__rollout_workers=workers
     )
+    workers = cfg.loop.rollout_workers
     runs = []
     for i in range(repeats):
         err.print(f"streamed run {i + 1}/{repeats} ...")
@@ -627,15 +622,12 @@ def bench_loop(
 
 
 def _local_twin(cfg) -> float:
-    """Held-out greedy accuracy of the in-process loop with the streamed run's settings."""
-    from dataclasses import replace
-
-    from rlstream.streams.trainer import local_args
-    from rlstream.trainers.local import train_local
+    """Held-out greedy accuracy of the in-process loop with the streamed run's settings (the
+    same Config: sampler, algorithm, budgets and seed)."""
+    from rlstream.trainers.local import LocalOptions, train_local
 
     err.print("in-process loop with the same settings and seed ...")
-    args = replace(local_args(cfg), corpus_docs=cfg.corpus_docs, pool_size=cfg.pool_size)
-    return train_local(args)["final_accuracy"]
+    return train_local(cfg, LocalOptions(progress=False))["final_accuracy"]
 
 
 @bench_app.command("broker")

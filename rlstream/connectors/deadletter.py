@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
+from rlstream import metrics
 from rlstream.connectors.kafka import EventProducer
-from rlstream.ops import metrics
 from rlstream.schemas import Decoded, DecodeError, decode, get, make_event_id, rows_to_batch
 
 log = logging.getLogger(__name__)

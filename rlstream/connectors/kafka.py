@@ -17,8 +17,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import murmur2
 
+from rlstream import metrics
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops import metrics
 from rlstream.schemas import DEFAULT_MAX_MESSAGE_BYTES, EventType, all_events, encode
 
 log = logging.getLogger(__name__)

@@ -17,27 +17,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlstream import metrics
+from rlstream.config import Config, show
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer
-from rlstream.ops import metrics, procs
+from rlstream.ops import procs
 from rlstream.schemas import get, make_event_id, rows_to_batch
-from rlstream.streams.config import LoopConfig
 from rlstream.trainers.envs import TaskMix, sample_prompts
-from rlstream.trainers.local import Args
 from rlstream.trainers.pretrain import build_corpus
 
 PROMPTS, CORPUS = get("prompts"), get("corpus")
 
 
-async def seed_topics(endpoints: Endpoints, cfg: LoopConfig, batch_rows: int = 2000) -> dict:
+async def seed_topics(endpoints: Endpoints, cfg: Config, batch_rows: int = 2000) -> dict:
     """Publish the run's prompt pool and pre-training corpus (deterministic from the seed)."""
-    mix = TaskMix.parse(cfg.tasks)
-    pool = sample_prompts(mix, cfg.pool_size, "train", cfg.seed, unique=False)
+    mix = TaskMix.parse(cfg.data.tasks)
+    pool = sample_prompts(mix, cfg.data.pool_size, "train", cfg.seed, unique=False)
     prompts = [
         p.to_row() | {"split": "train", "event_id": make_event_id("pool", cfg.run_id, i)}
         for i, p in enumerate(pool)
     ]
-    docs = build_corpus(mix, cfg.corpus_docs, Args.flaw_rate, cfg.seed, cfg.seed)
+    docs = build_corpus(mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed)
     corpus = [
         {"doc_id": f"{cfg.run_id}-doc-{i:08d}", "text": d, "source": "generator"}
         for i, d in enumerate(docs)
@@ -74,6 +74,8 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         py, cfg = sys.executable, str(self.cfg_path)
+        rules = Config.read(self.cfg_path).rl.reward_rules
+        scoring = ["--reward-rules", rules] if rules else []
         specs = [
             ("trainer", [py, "-m", "rlstream.streams.trainer", "--config", cfg]),
             ("scheduler", [py, "-m", "rlstream.streams.scheduler", "--config", cfg]),
@@ -87,6 +89,7 @@ class Supervisor:
                     "assemble_experience",
                     "--app-id",
                     self._group("processors"),
+                    *scoring,
                 ],
             ),
         ] + [
@@ -115,7 +118,7 @@ class Supervisor:
         return {c.name: f"http://127.0.0.1:{c.metrics_port}/metrics" for c in self.children}
 
     def _group(self, role: str) -> str:
-        return LoopConfig.read(self.cfg_path).group(role)
+        return Config.read(self.cfg_path).group(role)
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -156,10 +159,10 @@ class Supervisor:
                 procs.terminate(child.proc.pid, timeout_s=10)
 
 
-def child_env(endpoints: Endpoints, cfg: LoopConfig, run_dir: Path | None = None) -> dict[str, str]:
+def child_env(endpoints: Endpoints, cfg: Config, run_dir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ) | endpoints.as_env()
-    env["RLSTREAM_SESSION_TIMEOUT_MS"] = str(cfg.session_timeout_ms)
-    env["OMP_NUM_THREADS"] = str(cfg.threads)
+    env["RLSTREAM_SESSION_TIMEOUT_MS"] = str(cfg.loop.session_timeout_ms)
+    env["OMP_NUM_THREADS"] = str(cfg.threads(streaming=True))
     if run_dir is not None:
         env["RLSTREAM_FAUST_DIR"] = str(Path(run_dir).resolve() / "faust")
     return env
@@ -178,7 +181,7 @@ def wait_for_trainer(sup: Supervisor, on_tick, timeout_s: float) -> bool:
     return False
 
 
-def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3600) -> dict:
+def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600) -> dict:
     """Seed, supervise until the trainer is done, collect figures, write the report."""
     from rlstream.connectors.objectstore import ObjectStore
     from rlstream.ops.report import write_report
@@ -187,13 +190,14 @@ def run_loop(cfg: LoopConfig, out_root: Path, on_tick=None, timeout_s: float = 3
 
     out = (out_root / cfg.run_id).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    cfg_path = cfg.write(out / "loop.json")
+    cfg_path = cfg.write(out / "config.json")
+    (out / "config.yaml").write_text(show(cfg))
     started = time.monotonic()
     with stack_or_endpoints(out / "stack") as (endpoints, embedded):
         seeded = asyncio.run(seed_topics(endpoints, cfg))
         watcher = RunWatcher(endpoints, cfg.run_id).start()
         sup = Supervisor(
-            cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.rollout_workers
+            cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.loop.rollout_workers
         )
         sup.start()
         (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
@@ -266,7 +270,7 @@ def latency(requests: list[dict], experience: list[dict]) -> dict:
     }
 
 
-def qdrant_figures(endpoints: Endpoints, cfg: LoopConfig) -> dict:
+def qdrant_figures(endpoints: Endpoints, cfg: Config) -> dict:
     """Prompts with outcome statistics in the run's Qdrant collection (the environment state)."""
     from rlstream.connectors.vectors import vector_client
     from rlstream.streams.scheduler import collection_name
@@ -280,7 +284,7 @@ def qdrant_figures(endpoints: Endpoints, cfg: LoopConfig) -> dict:
     return {"qdrant_prompts": count}
 
 
-def collect(endpoints: Endpoints, cfg: LoopConfig) -> dict:
+def collect(endpoints: Endpoints, cfg: Config) -> dict:
     """The run's figures: the trainer's summary, and experience published vs archived."""
 
     from rlstream.connectors.objectstore import ObjectStore
@@ -293,7 +297,7 @@ def collect(endpoints: Endpoints, cfg: LoopConfig) -> dict:
     archived = archive.column("event_id").to_pylist() if archive.num_rows else []
     published_ids = {r["event_id"] for r in published}
     requests = asyncio.run(_run_rows(endpoints, "rollout_requests", cfg.run_id))
-    figures = {"run_id": cfg.run_id, "sampler": cfg.sampler, **trainer}
+    figures = {"run_id": cfg.run_id, "sampler": cfg.selection.sampler, **trainer}
     figures |= {
         "experience_published": len(published_ids),
         "experience_messages_redelivered": len(published) - len(published_ids),

@@ -41,7 +41,7 @@ def plot_run(view: RunView, path: Path) -> Path:
     axes[1][0].plot(*_series(view.evals, "rl", "entropy"))
     axes[1][0].set(title="policy entropy", xlabel="RL step")
     t0 = view.throughput[0][0] if view.throughput else 0
-    for topic in ("rl.rollout_requests.v1", "rl.rollouts.v1", "rl.rewards.v1", "rl.experience.v1"):
+    for topic in ("rl.rollout_requests.v1", "rl.rollouts.v1", "rl.rewards.v1", "rl.experience.v2"):
         xs, ys = [], []
         for (t1, c1), (t2, c2) in zip(view.throughput, view.throughput[1:], strict=False):
             xs.append(t2 - t0)

@@ -132,7 +132,7 @@ REWARDS = register(
 
 EXPERIENCE = register(
     "experience",
-    1,
+    2,  # v2: no advantage column (the trainer computes advantages: PPO needs its value head)
     [
         req("request_id", STR),
         req("prompt_id", STR),
@@ -142,12 +142,11 @@ EXPERIENCE = register(
         req("completion_tokens", TOKENS),
         req("logprobs", LOGPROBS),
         req("reward", F32),
-        req("advantage", F32),
         req("correct", BOOL),
     ],
     key="prompt_id",
     partitions=4,
-    doc="A prompt group with group-normalised advantages, ready for the trainer.",
+    doc="A complete prompt group (G rollouts joined with their rewards), ready for the trainer.",
 )
 
 POLICY_VERSIONS = register(

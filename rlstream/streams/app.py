@@ -16,10 +16,10 @@ from pathlib import Path
 import faust
 import pyarrow as pa
 
+from rlstream import metrics
 from rlstream.connectors.deadletter import dead_letter_batch
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import split_by_partition
-from rlstream.ops import metrics
 from rlstream.schemas import Decoded, DecodeError, EventType, decode, encode, get
 from rlstream.streams import transport
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from rlstream import metrics
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.connectors.reading import follow_run
-from rlstream.ops import metrics
 from rlstream.schemas import get, rows_to_batch
 from rlstream.trainers.policy import Policy, policy_from_bytes, policy_to_bytes
 

@@ -1,7 +1,7 @@
 """The stream processors: one faust agent per stream, each a thin loop around a pure function.
 
     score_rollouts       rl.rollouts.v1                  -> rl.rewards.v1     (the verifier)
-    assemble_experience  rl.rollouts.v1 + rl.rewards.v1  -> rl.experience.v1  (+ Parquet archive)
+    assemble_experience  rl.rollouts.v1 + rl.rewards.v1  -> rl.experience.v2  (+ Parquet archive)
 
 Every agent decodes through `Glue.decode` (bad messages go to the dead-letter topic and the loop
 goes on) and emits with `Glue.emit`, which waits for the broker before the event is acked, so an
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import faust
 
+from rlstream import metrics
 from rlstream.connectors.objectstore import ObjectStore, experience_object
-from rlstream.ops import metrics
 from rlstream.schemas import get, rows_to_batch
 from rlstream.streams.app import Glue, raw_topic
 from rlstream.trainers.experience import assemble_experience, complete_groups, score_rollouts

@@ -1,6 +1,6 @@
 """generate_rollouts: rollout workers in one consumer group turn requests into G completions.
 
-    python -m rlstream.streams.rollout_worker --config loop.json --worker-id w1
+    python -m rlstream.streams.rollout_worker --config config.json --worker-id w1
 
 Every worker follows rl.policy_versions.v1 on its own (no group) and generates with the newest
 weights; the request stream is shared by the group, so adding a worker needs no configuration.
@@ -20,11 +20,11 @@ from pathlib import Path
 import faust
 import torch
 
+from rlstream import metrics
+from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops import metrics
 from rlstream.schemas import get, rows_to_batch
 from rlstream.streams.app import Glue, make_app, raw_topic
-from rlstream.streams.config import LoopConfig
 from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.policy import Policy, rollout
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 def rollout_rows(
     requests: list[dict],
     policy: Policy,
-    cfg: LoopConfig,
+    cfg: Config,
     worker_id: str,
     generator: torch.Generator,
 ) -> list[dict]:
@@ -48,7 +48,7 @@ def rollout_rows(
         for r in requests
     ]
     G = requests[0]["group_size"]
-    s = rollout(policy, prompts, G, cfg.max_new_tokens, cfg.temperature, generator)
+    s = rollout(policy, prompts, G, cfg.rl.max_new_tokens, cfg.rl.temperature, generator)
     rows = []
     for k, i in enumerate(s.prompt_index):
         req = requests[i]
@@ -75,7 +75,7 @@ def rollout_rows(
     return rows
 
 
-def build(cfg: LoopConfig, endpoints: Endpoints, worker_id: str) -> faust.App:
+def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
     app = make_app(cfg.group("rollout-workers"), endpoints)
     glue = Glue(app, consumer_name=f"{cfg.group('rollout-workers')}/{worker_id}")
     follower = PolicyFollower(endpoints, cfg.run_id)
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--worker-id", default=f"w{os.getpid()}")
     args = parser.parse_args(argv)
-    cfg = LoopConfig.read(args.config)
-    torch.set_num_threads(cfg.threads)
+    cfg = Config.read(args.config)
+    torch.set_num_threads(cfg.threads(streaming=True))
     app = build(cfg, Endpoints.from_env(), args.worker_id)
     metrics.serve_from_env()
     sys.argv = sys.argv[:1]

@@ -1,6 +1,6 @@
 """score_prompts + select_prompts: the scheduler process that spends rollouts.
 
-    python -m rlstream.streams.scheduler --config loop.json
+    python -m rlstream.streams.scheduler --config config.json
 
 The prompt pool is what the run published to rl.prompts.v1 (train split). Each round the
 sampler scores candidates and picks `prompts_per_step`; every decision goes to
@@ -39,23 +39,19 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rlstream import metrics
+from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.connectors.reading import follow_run, read_run_rows
-from rlstream.ops import metrics
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
-from rlstream.streams.config import LoopConfig
 from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.checkpoint import from_bytes, to_bytes
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection import records_to_batch
-from rlstream.trainers.selection.policy_features import (
-    check_features,
-    make_policy_ppm_sampler,
-    tuned_args,
-)
-from rlstream.trainers.selection.registry import make_selection_sampler
+from rlstream.trainers.selection.policy_features import check_features, tuned_args
+from rlstream.trainers.selection.registry import build_sampler
 
 log = logging.getLogger(__name__)
 PROMPTS, REWARDS = get("prompts"), get("rewards")
@@ -176,7 +172,7 @@ async def issued_rounds_so_far(endpoints: Endpoints, run_id: str) -> int:
 class Scheduler:
     def __init__(
         self,
-        cfg: LoopConfig,
+        cfg: Config,
         endpoints: Endpoints,
         pool: list[Prompt],
         issued_rounds: int = 0,
@@ -191,7 +187,8 @@ class Scheduler:
         self.by_id = {p.prompt_id: p for p in pool}
         self.issued_rounds = self.saved_at = issued_rounds
         self.rewards: dict[str, list[float]] = defaultdict(list)
-        if cfg.sampler == "ppm" and set(check_features(cfg.ppm_features)) - {"text"}:
+        features = set(check_features(cfg.selection.ppm_features))
+        if cfg.selection.sampler == "ppm" and features - {"text"}:
             self.follower = PolicyFollower(endpoints, cfg.run_id, role="scheduler")
         else:
             self.set_sampler(self.make_sampler())
@@ -218,20 +215,9 @@ class Scheduler:
         return to_bytes(state)
 
     def make_sampler(self):
-        cfg = self.cfg
-        if cfg.sampler != "ppm":
-            return make_selection_sampler(cfg.sampler, self.pool, cfg.seed)
         # fits happen in select(), once per round, not in every update (fit_every: never)
         args = replace(tuned_args(), fit_every=10**9)
-        return make_policy_ppm_sampler(
-            self.pool,
-            cfg.seed,
-            lambda: self.follower.policy,
-            check_features(cfg.ppm_features),
-            args,
-            cfg.temperature,
-            cfg.max_new_tokens,
-        )
+        return build_sampler(self.cfg, self.pool, lambda: self.follower.policy, ppm_args=args)
 
     async def ready(self) -> None:
         """Wait for the first policy when the sampler reads one, then build the sampler."""
@@ -250,7 +236,7 @@ class Scheduler:
             if ppm.policy_version > self.fitted_at:
                 ppm.fit(self.sampler.args.fit_steps)
                 self.fitted_at = ppm.policy_version
-        return self.sampler.select(round_, self.cfg.prompts_per_step)
+        return self.sampler.select(round_, self.cfg.rl.prompts_per_step)
 
     def request_rows(self, prompts: list[Prompt], round_: int) -> list[dict]:
         return [
@@ -262,8 +248,8 @@ class Scheduler:
                 "task": p.task,
                 "difficulty": p.difficulty,
                 "answer": p.answer,
-                "group_size": self.cfg.group_size,
-                "sampler": self.cfg.sampler,
+                "group_size": self.cfg.rl.group_size,
+                "sampler": self.cfg.selection.sampler,
             }
             for i, p in enumerate(prompts)
         ]
@@ -275,9 +261,11 @@ class Scheduler:
             await asyncio.sleep(0.1)
         await self.ready()
         while not demand.done:
-            in_flight = self.issued_rounds * cfg.prompts_per_step - demand.groups_consumed
+            in_flight = self.issued_rounds * cfg.rl.prompts_per_step - demand.groups_consumed
             metrics.SCHEDULER_IN_FLIGHT.set(in_flight)
-            if in_flight + cfg.prompts_per_step > max(cfg.target_in_flight, cfg.prompts_per_step):
+            if in_flight + cfg.rl.prompts_per_step > max(
+                cfg.loop.target_in_flight, cfg.rl.prompts_per_step
+            ):
                 await asyncio.sleep(0.05)
                 continue
             round_ = self.issued_rounds
@@ -315,7 +303,7 @@ class Scheduler:
                         except DecodeError:
                             continue
                         self._observe([r for r in rows if r["run_id"] == self.cfg.run_id])
-                if self.issued_rounds - self.saved_at >= self.cfg.checkpoint_every:
+                if self.issued_rounds - self.saved_at >= self.cfg.checkpoint.every:
                     await self.checkpoint(c, store)
             await self.checkpoint(c, store)
         finally:
@@ -356,9 +344,9 @@ def _strings(values: list[str]):
     return pa.array(values, pa.string())
 
 
-async def serve(cfg: LoopConfig, endpoints: Endpoints) -> None:
+async def serve(cfg: Config, endpoints: Endpoints) -> None:
     pool = []
-    while len(pool) < min(cfg.pool_size, 1):
+    while len(pool) < min(cfg.data.pool_size, 1):
         pool = await load_pool(endpoints, cfg.run_id)
         await asyncio.sleep(0.2)
     issued = await issued_rounds_so_far(endpoints, cfg.run_id)
@@ -371,7 +359,7 @@ async def serve(cfg: LoopConfig, endpoints: Endpoints) -> None:
         found = "snapshot found" if saved else "no snapshot"
         log.info("continuing at round %d (%s)", issued, found)
     scheduler = Scheduler(cfg, endpoints, pool, issued, saved)
-    log.info("scheduler: %d prompts in the pool, sampler %s", len(pool), cfg.sampler)
+    log.info("scheduler: %d prompts in the pool, sampler %s", len(pool), cfg.selection.sampler)
     demand = Demand()
     follow = asyncio.create_task(scheduler.follower.run()) if scheduler.follower else None
     try:
@@ -395,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     metrics.serve_from_env()
-    asyncio.run(_until_terminated(serve(LoopConfig.read(args.config), Endpoints.from_env())))
+    asyncio.run(_until_terminated(serve(Config.read(args.config), Endpoints.from_env())))
 
 
 async def _until_terminated(coro) -> None:

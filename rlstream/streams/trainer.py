@@ -1,6 +1,12 @@
-"""The trainer process: pre-train on rl.corpus.v1 until converged, then RL on rl.experience.v1.
+"""The trainer process: pre-train on rl.corpus.v1 until converged, then RL on rl.experience.v2.
 
-    python -m rlstream.streams.trainer --config loop.json
+    python -m rlstream.streams.trainer --config config.json
+
+The updates are the training core's (`trainers/core.py`: the same `pretrain_step` and
+`rl_update` the in-process loop calls, GRPO or PPO); this file owns where the data comes from.
+In hybrid mode (`rl.hybrid`) every update mixes in pre-training loss at `rl.hybrid_ratio`,
+drawn from a corpus that takes in the documents arriving on rl.corpus.v1 during RL (verified
+rollouts fed back), so what the loop feeds back changes training.
 
 Effectively-once training on an at-least-once stream: every experience row is de-duplicated
 by event_id, and consumer offsets are committed only right after a checkpoint (model,
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -23,49 +30,31 @@ from pathlib import Path
 
 import torch
 
+from rlstream import metrics as prom
+from rlstream.config import Config
 from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
-from rlstream.connectors.reading import ReadRange, read_topic
-from rlstream.ops import metrics as prom
+from rlstream.connectors.reading import ReadRange, follow_run, read_topic
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
-from rlstream.streams.config import LoopConfig
 from rlstream.streams.policystore import publish_policy
-from rlstream.trainers.backend import CosineSchedule
-from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint
-from rlstream.trainers.local import Args, Run, pretrain_step
-from rlstream.trainers.policy import Policy
-from rlstream.trainers.pretrain import Corpus
+from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
+from rlstream.trainers.core import TrainState, pretrain_step, rl_update
+from rlstream.trainers.envs import TaskMix, sample_prompts
+from rlstream.trainers.evaluate import EVAL_SEED_OFFSET, evaluate
+from rlstream.trainers.local import VAL_DOCS
+from rlstream.trainers.pretrain import Corpus, build_corpus
 from rlstream.trainers.rl import Experience
-from rlstream.trainers.samplers import UniformSampler
 
 log = logging.getLogger(__name__)
 CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
 
 
-def local_args(cfg: LoopConfig) -> Args:
-    return Args(
-        tasks=cfg.tasks,
-        seed=cfg.seed,
-        threads=cfg.threads,
-        corpus_docs=1,
-        pretrain_max_steps=cfg.pretrain_max_steps,
-        rl_steps=cfg.rl_steps,
-        prompts_per_step=cfg.prompts_per_step,
-        group_size=cfg.group_size,
-        temperature=cfg.temperature,
-        rl_lr=cfg.rl_lr,
-        max_new_tokens=cfg.max_new_tokens,
-        eval_prompts=cfg.eval_prompts,
-        eval_interval=cfg.eval_interval,
-        progress=False,
-    )
-
-
-async def load_corpus(endpoints: Endpoints, run_id: str) -> list[str]:
-    """The run's documents in generation order (ids sort by index; partitions interleave on
-    the wire), so the streamed pre-training sees the corpus the in-process loop would."""
+async def load_corpus(endpoints: Endpoints, run_id: str) -> dict[str, str]:
+    """The run's documents, doc_id -> text, in generation order (ids sort by index; partitions
+    interleave on the wire), so the streamed pre-training sees the corpus the in-process loop
+    would; documents fed back from verified rollouts come after the generated ones."""
     docs: dict[tuple[bool, str], str] = {}
     async for record in read_topic(endpoints, CORPUS.topic, ReadRange()):
         try:
@@ -77,7 +66,7 @@ async def load_corpus(endpoints: Endpoints, run_id: str) -> list[str]:
             for r in rows
             if r["run_id"] == run_id
         )
-    return [docs[k] for k in sorted(docs)]  # generated documents first, then fed-back ones
+    return {key[1]: docs[key] for key in sorted(docs)}
 
 
 def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
@@ -94,32 +83,30 @@ def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
     return rows
 
 
-def to_experience(groups: list[list[dict]]) -> Experience:
-    rows = [r for g in groups for r in g]
-    return Experience(
-        [r["prompt_tokens"] for r in rows],
-        [r["completion_tokens"] for r in rows],
-        [r["logprobs"] for r in rows],
-        [r["reward"] for r in rows],
-        [r["request_id"] for r in rows],
-        [r["policy_version"] for r in rows],
-    )
-
-
 class StreamTrainer:
-    def __init__(self, cfg: LoopConfig, endpoints: Endpoints):
+    """The training core (`TrainState`, `pretrain_step`, `rl_update`) fed from topics."""
+
+    def __init__(self, cfg: Config, endpoints: Endpoints):
         self.cfg, self.endpoints = cfg, endpoints
         self.store = ObjectStore(endpoints)
         self.ckpts = PrefixStore(self.store, checkpoint_prefix(cfg.run_id))
-        self.run = Run(local_args(cfg), store=self.ckpts, sampler=UniformSampler([None]))
+        self.state = TrainState(cfg, threads=cfg.threads(streaming=True))
+        mix = TaskMix.parse(cfg.data.tasks)
+        val = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed)
+        self.val = Corpus(val, self.state.tok, cfg.model.block_size)
+        self.eval_set = sample_prompts(mix, cfg.eval.prompts, "heldout", cfg.seed, strict=False)
+        self.corpus: Corpus | None = None
+        self.doc_ids: set[str] = set()  # documents in the corpus (hybrid: new ones join it)
+        self.arrived: list[tuple[str, str]] = []  # fed-back documents not in the corpus yet
+        self.pretrain_eval: dict = {}
         self.seen: set[str] = set()
         self.counters = defaultdict(float)
         self.pending: dict[str, dict[int, dict]] = defaultdict(dict)
         self.ready: list[list[dict]] = []
         self.trained_ids: list[str] = []
 
-    def state(self) -> dict:
-        """The run's state plus the stream's: ids seen, rows taken but not trained yet (their
+    def state_dict(self) -> dict:
+        """The train state plus the stream's: ids seen, rows taken but not trained yet (their
         offsets are committed with this checkpoint), the ids trained, and counters."""
         pending = {rid: list(group.values()) for rid, group in self.pending.items()}
         stream = {
@@ -128,14 +115,16 @@ class StreamTrainer:
             "pending": pending,
             "ready": self.ready,
             "trained_ids": self.trained_ids,
+            "pretrain_eval": self.pretrain_eval,
         }
-        return self.run.state_dict() | {"stream": stream}
+        return self.state.state_dict() | {"stream": stream}
 
     def restore(self) -> bool:
         ck = latest_checkpoint(self.ckpts)
         if ck is None:
             return False
-        self.run.load_state_dict(ck)
+        self.state.load_state_dict(ck)
+        set_rng_state(ck["rng"])
         stream = ck["stream"]
         self.seen = set(stream["seen"])
         self.counters.update(stream["counters"])
@@ -144,28 +133,35 @@ class StreamTrainer:
         )
         self.ready = stream["ready"]
         self.trained_ids = stream["trained_ids"]
-        if self.run.learner is not None:
-            self.bound_lag()
-        log.info("resumed at step %d (phase %s)", self.run.step, self.run.phase)
+        self.pretrain_eval = stream["pretrain_eval"]
+        log.info("resumed at step %d (phase %s)", self.state.step, self.state.phase)
         return True
 
     def checkpoint(self) -> None:
-        save_checkpoint(self.ckpts, self.run.step, self.state(), keep_last=2)
+        ck = self.cfg.checkpoint
+        save_checkpoint(self.ckpts, self.state.step, self.state_dict(), keep_last=ck.keep_last)
+
+    def evaluate(self) -> dict:
+        c, st = self.cfg, self.state
+        return evaluate(st.model, st.tok, self.eval_set, c.rl.max_new_tokens, c.eval.samples,
+                        c.rl.temperature, seed=c.seed + EVAL_SEED_OFFSET)  # fmt: skip
 
     async def emit_eval(self, producer: EventProducer, phase: str) -> dict:
-        result = await asyncio.to_thread(self.run.evaluate)
-        rows = eval_rows(self.run.rl_step, phase, result, self.cfg.eval_prompts)
+        result = await asyncio.to_thread(self.evaluate)
+        rows = eval_rows(self.state.rl_step, phase, result, self.cfg.eval.prompts)
         for name in ("greedy", "pass1"):
             if name in result:
                 prom.TRAINER_ACCURACY.labels(name).set(result[name])
+        version = self.state.version
         await producer.send(
-            EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id, policy_version=self._version())
+            EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id, policy_version=version)
         )
         return result
 
     async def emit_metrics(self, producer: EventProducer, phase: str, step: int, row: dict):
         """Training figures (losses, entropy, reward) as eval_results rows with task=phase."""
-        names = ("loss", "val_loss", "pg_loss", "entropy", "kl", "reward", "grad_norm")
+        names = ("loss", "val_loss", "pg_loss", "value_loss", "lm_loss", "entropy", "kl",
+                 "reward", "grad_norm")  # fmt: skip
         rows = [
             {
                 "event_id": make_event_id("metric", phase, step, k),
@@ -179,16 +175,10 @@ class StreamTrainer:
             if k in row and row[k] == row[k]
         ]
         if rows:
+            version = self.state.version
             await producer.send(
-                EVAL,
-                rows_to_batch(EVAL, rows, run_id=self.cfg.run_id, policy_version=self._version()),
+                EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id, policy_version=version)
             )
-
-    def _version(self) -> int:
-        return self.run.learner.version if self.run.learner else 0
-
-    def policy(self) -> Policy:
-        return Policy(self.run.model, self.run.tok, self._version())
 
     async def announce(self, producer: EventProducer, phase: str = "rl", upload: bool = True):
         """Publish the current policy version (weights to S3 first unless upload=False, which
@@ -197,33 +187,33 @@ class StreamTrainer:
             producer,
             self.store,
             self.cfg.run_id,
-            self.policy(),
-            self.run.rl_step,
+            self.state.policy(),
+            self.state.rl_step,
             phase,
             int(self.counters["groups_consumed"]),
             upload=upload,
         )
 
-    async def pretrain(self, producer: EventProducer) -> None:
-        run = self.run
+    async def load_corpus(self) -> None:
         docs = await load_corpus(self.endpoints, self.cfg.run_id)
         if not docs:
             raise RuntimeError(f"no corpus documents for run {self.cfg.run_id} in {CORPUS.topic}")
-        run.corpus = Corpus(docs + run.added_docs, run.tok, run.args.block_size)
-        while run.phase == "pretrain":
-            row = await asyncio.to_thread(pretrain_step, run)
+        self.corpus = Corpus(list(docs.values()), self.state.tok, self.cfg.model.block_size)
+        self.doc_ids = set(docs)
+
+    async def pretrain(self, producer: EventProducer) -> None:
+        st = self.state
+        while st.phase == "pretrain":
+            row = await asyncio.to_thread(pretrain_step, st, self.corpus, self.val)
             prom.TRAINER_STEPS.labels("pretrain").inc()
             if "val_loss" in row:
-                log.info("pretrain step %d val_loss %.4f", run.pre_step, row["val_loss"])
-                await self.emit_metrics(producer, "pretrain", run.pre_step, row)
-        run.pretrain_eval = await self.emit_eval(producer, "pretrain")
-        run.start_rl()
-        self.bound_lag()
+                log.info("pretrain step %d val_loss %.4f", st.pre_step, row["val_loss"])
+                await self.emit_metrics(producer, "pretrain", st.pre_step, row)
+        self.pretrain_eval = await self.emit_eval(producer, "pretrain")
+        self.pretrain_eval.pop("pass_rates", None)
+        self.pretrain_eval["steps"] = st.pre_step
+        st.start_rl()
         self.checkpoint()
-
-    def bound_lag(self) -> None:
-        """The loop's staleness bound is the learner's (it drops and counts stale groups)."""
-        self.run.learner.args.max_policy_lag = self.cfg.max_policy_lag
 
     def take(self, rows: list[dict]) -> None:
         for row in rows:
@@ -234,7 +224,7 @@ class StreamTrainer:
             self.seen.add(row["event_id"])
             group = self.pending[row["request_id"]]
             group[row["sample_idx"]] = row
-            if len(group) == self.cfg.group_size:
+            if len(group) == self.cfg.rl.group_size:
                 rows_in_order = [group[i] for i in sorted(group)]
                 del self.pending[row["request_id"]]
                 if self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
@@ -244,14 +234,18 @@ class StreamTrainer:
 
     def filtering(self) -> bool:
         """Whether zero-variance groups are dropped now (on, and under the batch's cap)."""
-        cap = self.cfg.filter_max_rounds * self.cfg.prompts_per_step
-        return self.cfg.filter_zero_variance and self.counters["filtered_this_batch"] < cap
+        rl = self.cfg.rl
+        cap = rl.filter_max_rounds * rl.prompts_per_step
+        return rl.filter_zero_variance and self.counters["filtered_this_batch"] < cap
+
+    def count_lag(self, group: list[dict]) -> None:
+        """Versions behind the trainer when consumed (dropped groups included)."""
+        self.counters[f"lag_{self.state.version - group[0]['policy_version']}"] += 1
 
     def drop_zero_variance(self, group: list[dict]) -> None:
         """A group that teaches nothing, filtered out: consumed (the scheduler refills), counted,
         never trained."""
-        lag = self._version() - group[0]["policy_version"]
-        self.counters[f"lag_{lag}"] += 1
+        self.count_lag(group)
         self.counters["groups_consumed"] += 1
         self.counters["zero_variance_groups"] += 1
         self.counters["filtered_groups"] += 1
@@ -259,56 +253,67 @@ class StreamTrainer:
         prom.TRAINER_GROUPS.inc()
         prom.TRAINER_ZERO_VARIANCE_GROUPS.inc()
 
+    def lm_batch(self, rows: int) -> tuple | None:
+        """Hybrid mode: the pre-training share of this update, from a corpus that has taken in
+        the documents fed back since the last update."""
+        rl = self.cfg.rl
+        if not rl.hybrid:
+            return None
+        arrived, self.arrived = self.arrived, []
+        self.corpus.extend([text for _, text in arrived])
+        self.counters["corpus_consumed"] += len(arrived)
+        n = max(1, round(rows * rl.hybrid_ratio / (1 - rl.hybrid_ratio)))
+        return self.corpus.batch(n, self.state.data_gen)
+
     def update(self, groups: list[list[dict]]) -> dict:
-        run = self.run
-        for group in groups:  # versions behind the trainer when trained (dropped ones included)
-            lag = self._version() - group[0]["policy_version"]
-            self.counters[f"lag_{lag}"] += 1
-        run.backend.set_lr(
-            CosineSchedule(self.cfg.rl_lr, 0, self.cfg.rl_steps, self.cfg.rl_lr / 10)(run.rl_step)
-        )
-        metrics = run.learner.step(to_experience(groups))
-        self.counters["stale_dropped"] += metrics["dropped_groups"]
-        prom.TRAINER_STALE_GROUPS.inc(metrics["dropped_groups"])
-        self.counters["groups_consumed"] += len(groups)
-        self.counters["filtered_this_batch"] = 0
-        zero = sum(len({r["reward"] for r in g}) == 1 for g in groups)  # no learning signal
-        self.counters["zero_variance_groups"] += zero
-        prom.TRAINER_ZERO_VARIANCE_GROUPS.inc(zero)
+        for group in groups:
+            self.count_lag(group)
+        rows = [r for g in groups for r in g]
+        m = rl_update(self.state, Experience.from_rows(rows), self.lm_batch(len(rows)))
+        c = self.counters
+        c["stale_dropped"] += m["dropped_groups"]
+        c["groups_consumed"] += len(groups)
+        c["filtered_this_batch"] = 0
+        c["zero_variance_groups"] += m["zero_variance_groups"]
+        trained = set(m.pop("trained_group_ids"))
+        self.trained_ids += [r["event_id"] for r in rows if r["request_id"] in trained]
+        c["experience_trained"] += len(trained) * self.cfg.rl.group_size
+        prom.TRAINER_STALE_GROUPS.inc(m["dropped_groups"])
+        prom.TRAINER_ZERO_VARIANCE_GROUPS.inc(m["zero_variance_groups"])
         prom.TRAINER_GROUPS.inc(len(groups))
-        trained = len(groups) - metrics["dropped_groups"]
-        if trained:
-            stale = {
-                g[0]["request_id"]
-                for g in groups
-                if self._version() - 1 - g[0]["policy_version"] > self.cfg.max_policy_lag
-            }
-            self.trained_ids += [
-                r["event_id"] for g in groups for r in g if g[0]["request_id"] not in stale
-            ]
-        self.counters["experience_trained"] += trained * self.cfg.group_size
         if trained:
             prom.TRAINER_STEPS.labels("rl").inc()
-            prom.POLICY_VERSION.labels("trainer").set(self._version())
-            if "grad_norm" in metrics:
-                prom.TRAINER_GRAD_NORM.set(metrics["grad_norm"])
-            run.rl_step += 1
-            run.rollouts += trained * self.cfg.group_size
-        return metrics
+            prom.POLICY_VERSION.labels("trainer").set(self.state.version)
+            if "grad_norm" in m:
+                prom.TRAINER_GRAD_NORM.set(m["grad_norm"])
+        return m
+
+
+async def follow_fed_back(trainer: StreamTrainer) -> None:
+    """Hybrid mode: documents that reach rl.corpus.v1 during RL (verified rollouts fed back,
+    or any producer's) join the corpus the LM share of each update reads."""
+    topics = [CORPUS.topic]
+    async with contextlib.aclosing(follow_run(trainer.endpoints, topics, trainer.cfg.run_id)) as p:
+        async for found in p:
+            for row in found.get(CORPUS.name, []):
+                if row["doc_id"] not in trainer.doc_ids:
+                    trainer.doc_ids.add(row["doc_id"])
+                    trainer.arrived.append((row["doc_id"], row["text"]))
 
 
 async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
-    cfg, run, counters = trainer.cfg, trainer.run, trainer.counters
+    cfg, st, counters = trainer.cfg, trainer.state, trainer.counters
     dead = DeadLetters(producer, consumer_name=cfg.group("trainer"), run_id=cfg.run_id)
     c = consumer(trainer.endpoints, EXPERIENCE.topic, group_id=cfg.group("trainer"))
     await c.start()
+    fed_back = asyncio.create_task(follow_fed_back(trainer)) if cfg.rl.hybrid else None
     try:
         await trainer.announce(producer)
         started = last_signal = time.monotonic()
         filtered_announced = counters["filtered_groups"]
-        while run.rl_step < cfg.rl_steps:
+        while st.rl_step < cfg.rl.steps:
             waited = time.monotonic()
-            while len(trainer.ready) < cfg.prompts_per_step:
+            while len(trainer.ready) < cfg.rl.prompts_per_step:
                 for records in (await c.getmany(timeout_ms=100)).values():
                     for record in records:
                         try:
@@ -328,29 +333,33 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
             counters["idle_s"] += time.monotonic() - waited
             prom.TRAINER_IDLE_SECONDS.inc(time.monotonic() - waited)
             batch, trainer.ready = (
-                trainer.ready[: cfg.prompts_per_step],
-                trainer.ready[cfg.prompts_per_step :],
+                trainer.ready[: cfg.rl.prompts_per_step],
+                trainer.ready[cfg.rl.prompts_per_step :],
             )
             metrics = await asyncio.to_thread(trainer.update, batch)
-            await trainer.emit_metrics(producer, "rl", run.rl_step, metrics)
+            await trainer.emit_metrics(producer, "rl", st.rl_step, metrics)
             await feed_corpus(trainer, producer, batch)
-            if run.rl_step % cfg.publish_every == 0 or metrics["dropped_groups"]:
+            if st.rl_step % cfg.loop.publish_every == 0 or metrics["dropped_groups"]:
                 await trainer.announce(producer)
                 last_signal = time.monotonic()
-            if run.rl_step % cfg.eval_interval == 0 or run.rl_step == cfg.rl_steps:
+            if st.rl_step % cfg.eval.interval == 0 or st.rl_step == cfg.rl.steps:
                 result = await trainer.emit_eval(producer, "rl")
-                log.info("rl step %d greedy %.3f", run.rl_step, result["greedy"])
-            if run.rl_step % cfg.checkpoint_every == 0 or run.rl_step == cfg.rl_steps:
+                log.info("rl step %d greedy %.3f", st.rl_step, result["greedy"])
+            if st.rl_step % cfg.checkpoint.every == 0 or st.rl_step == cfg.rl.steps:
                 await asyncio.to_thread(trainer.checkpoint)
                 await c.commit()  # offsets only after the checkpoint that covers them
     finally:
         counters["wall_rl_s"] += time.monotonic() - started
+        if fed_back is not None:
+            fed_back.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await fed_back
         await c.stop()
 
 
 async def feed_corpus(trainer: StreamTrainer, producer: EventProducer, groups) -> None:
     """Verified-correct rollouts become pre-training documents (the loop's other direction)."""
-    tok = trainer.run.tok
+    tok = trainer.state.tok
     rows = [
         {
             "doc_id": r["event_id"],
@@ -366,20 +375,21 @@ async def feed_corpus(trainer: StreamTrainer, producer: EventProducer, groups) -
         await producer.send(
             CORPUS,
             rows_to_batch(
-                CORPUS, rows, run_id=trainer.cfg.run_id, policy_version=trainer._version()
+                CORPUS, rows, run_id=trainer.cfg.run_id, policy_version=trainer.state.version
             ),
         )
         trainer.counters["corpus_fed"] += len(rows)
 
 
-async def serve(cfg: LoopConfig, endpoints: Endpoints) -> dict:
-    torch.set_num_threads(cfg.threads)
+async def serve(cfg: Config, endpoints: Endpoints) -> dict:
+    torch.set_num_threads(cfg.threads(streaming=True))
     trainer = StreamTrainer(cfg, endpoints)
     trainer.restore()
+    await trainer.load_corpus()
     async with EventProducer(endpoints) as producer:
-        if trainer.run.phase != "rl":
+        if trainer.state.phase != "rl":
             await trainer.pretrain(producer)
-        if trainer.run.rl_step < cfg.rl_steps:
+        if trainer.state.rl_step < cfg.rl.steps:
             await rl(trainer, producer)
         final = await trainer.emit_eval(producer, "final")
         summary = summarize(trainer, final)
@@ -393,16 +403,18 @@ async def serve(cfg: LoopConfig, endpoints: Endpoints) -> dict:
 
 
 def summarize(trainer: StreamTrainer, final: dict) -> dict:
-    c, run = trainer.counters, trainer.run
+    c, st, pe = trainer.counters, trainer.state, trainer.pretrain_eval
     wall = c.get("wall_rl_s", 0.0)
     return {
-        "pretrain_accuracy": run.pretrain_eval.get("greedy"),
-        "pretrain_pass1": run.pretrain_eval.get("pass1"),
+        "algo": trainer.cfg.rl.algo,
+        "hybrid": trainer.cfg.rl.hybrid,
+        "pretrain_accuracy": pe.get("greedy"),
+        "pretrain_pass1": pe.get("pass1"),
         "final_accuracy": final["greedy"],
         "final_pass1": final.get("pass1"),
         "final_by_task": final.get("greedy_by_task"),
-        "pretrain_steps": run.pre_step,
-        "rl_steps": run.rl_step,
+        "pretrain_steps": st.pre_step,
+        "rl_steps": st.rl_step,
         "experience_trained": int(c["experience_trained"]),
         "duplicates_skipped": int(c["duplicates_skipped"]),
         "duplicates_trained": len(trainer.trained_ids) - len(set(trainer.trained_ids)),
@@ -413,6 +425,7 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         else None,
         "filtered_groups": int(c["filtered_groups"]),
         "corpus_fed": int(c["corpus_fed"]),
+        "corpus_consumed_during_rl": int(c["corpus_consumed"]),
         "trainer_idle_share": round(c["idle_s"] / wall, 4) if wall else None,
         "policy_lag_histogram": {
             int(k[4:]): int(v) for k, v in sorted(c.items()) if k.startswith("lag_")
@@ -426,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s trainer %(message)s")
     prom.serve_from_env()
-    summary = asyncio.run(serve(LoopConfig.read(args.config), Endpoints.from_env()))
+    summary = asyncio.run(serve(Config.read(args.config), Endpoints.from_env()))
     print(json.dumps(summary), flush=True)
 
 

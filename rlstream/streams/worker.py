@@ -13,11 +13,12 @@ import sys
 
 import faust
 
+from rlstream import metrics
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.ops import metrics
 from rlstream.streams.app import Glue, make_app
 from rlstream.streams.processors import PROCESSORS, ProcessorConfig
+from rlstream.trainers.rewards import make_reward_fn
 
 
 def build(app_id: str, names: list[str], cfg: ProcessorConfig, endpoints: Endpoints) -> faust.App:
@@ -39,11 +40,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sink", help="write this topic instead of the processor's output")
     parser.add_argument("--verifier", default="verifier", help="verifier name on rewards")
     parser.add_argument("--no-archive", action="store_true", help="do not archive experience")
+    parser.add_argument("--reward-rules", help="JSON reward-rules file score_rollouts applies")
     parser.add_argument("--loglevel", default="WARNING")
     args = parser.parse_args(argv)
     endpoints = Endpoints.from_env()
     store = None if args.no_archive else ObjectStore(endpoints)
-    cfg = ProcessorConfig(args.source, args.sink, args.verifier, store=store)
+    reward_fn = make_reward_fn(args.reward_rules) if args.reward_rules else None
+    cfg = ProcessorConfig(args.source, args.sink, args.verifier, reward_fn, store=store)
     app = build(args.app_id, args.processors, cfg, endpoints)
     logging.basicConfig(level=args.loglevel)
     metrics.serve_from_env()

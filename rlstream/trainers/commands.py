@@ -9,34 +9,25 @@ from pathlib import Path
 
 import typer
 
+ConfigOpt = typer.Option(
+    None,
+    "--config",
+    help="YAML or JSON file of settings (the shape `rlstream config show` prints).",
+)
+SetOpt = typer.Option(
+    [],
+    "--set",
+    help="Any setting NAME=VALUE, dotted (rl.lr=3e-5) or a unique leaf name; repeatable.",
+)
 
-def parse_overrides(items: list[str], settings: type | None = None) -> dict:
-    """['corpus_docs=2000', 'hybrid=true'] -> typed values for the fields of a settings
-    dataclass (default: rlstream.trainers.local.Args)."""
-    from dataclasses import fields
 
-    if settings is None:
-        from rlstream.trainers.local import Args as settings
+def build_config(config: Path | None, overrides: list[str], **options):
+    """The effective Config: defaults < --config file < the command's flags < --set.
+    Flags are given as dotted names with `__` for dots (rl__steps=...); None = not given.
+    A bad setting raises ConfigError, which the CLI prints as one line (exit status 2)."""
+    from rlstream.config import load_config
 
-    types = {f.name: str(f.type) for f in fields(settings)}  # e.g. "int", "str | None"
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or key not in types:
-            raise typer.BadParameter(
-                f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(types))}"
-            )
-        kind = next(t for t in ("bool", "int", "float", "str") if t in types[key])
-        if "None" in types[key] and raw.lower() in ("", "none"):
-            out[key] = None
-        elif kind == "bool":
-            out[key] = raw.lower() in ("1", "true", "yes", "on")
-        else:
-            try:
-                out[key] = {"int": int, "float": float, "str": str}[kind](raw)
-            except ValueError:
-                raise typer.BadParameter(f"--set {item!r}: not a {kind}") from None
-    return out
+    return load_config(config, overrides, {k.replace("__", "."): v for k, v in options.items()})
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -45,57 +36,38 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command("train")
     def train(
         mode: str = typer.Option("local", help="local: pre-train, RL and evaluate in-process"),
-        tasks: str = typer.Option(
-            "add,sub", help="task mix, e.g. add,sub:2,mul@1-2 (name:weight@dmin-dmax)"
-        ),
-        algo: str = typer.Option("grpo", help="grpo or ppo"),
-        rl_steps: int = typer.Option(300, help="RL steps"),
-        pretrain_max_steps: int = typer.Option(2000, help="cap on pre-training steps"),
-        seed: int = typer.Option(0, help="seed of splits, corpus, init and sampling"),
-        threads: int = typer.Option(2, help="torch CPU threads"),
-        backend: str = typer.Option("auto", help="torch, deepspeed or auto"),
-        zero_stage: int = typer.Option(2, help="DeepSpeed ZeRO stage"),
-        hybrid: bool = typer.Option(False, help="mix LM loss into RL, feed verified rollouts back"),
-        reward_rules: Path | None = typer.Option(None, help="JSON reward rules file"),
+        config: Path | None = ConfigOpt,
+        tasks: str | None = typer.Option(None, help="data.tasks, e.g. add,sub:2,mul@1-2"),
+        algo: str | None = typer.Option(None, help="rl.algo: grpo or ppo"),
+        sampler: str | None = typer.Option(None, help="selection.sampler: ppm, uniform, ..."),
+        rl_steps: int | None = typer.Option(None, help="rl.steps"),
+        pretrain_max_steps: int | None = typer.Option(None, help="pretrain.max_steps"),
+        seed: int | None = typer.Option(None, help="seed of splits, corpus, init and sampling"),
+        threads: int | None = typer.Option(None, help="model.threads (torch CPU threads)"),
+        backend: str | None = typer.Option(None, help="model.backend: torch, deepspeed or auto"),
+        hybrid: bool | None = typer.Option(None, "--hybrid/--no-hybrid", help="rl.hybrid"),
+        reward_rules: Path | None = typer.Option(None, help="rl.reward_rules: JSON rules file"),
         checkpoint_dir: Path | None = typer.Option(None, help="checkpoint directory"),
-        checkpoint_every: int = typer.Option(0, help="steps between checkpoints (0: never)"),
         resume: bool = typer.Option(False, help="resume from the newest checkpoint"),
-        out_dir: Path | None = typer.Option(None, help="history.json and curves.png go here"),
+        out_dir: Path | None = typer.Option(None, help="history.json, curves.png, config.yaml"),
         summary: Path | None = typer.Option(None, help="write the summary JSON here"),
         progress: bool = typer.Option(True, help="progress bars and final table"),
-        overrides: list[str] = typer.Option(
-            [], "--set", help="any other Args field, e.g. --set corpus_docs=20000 (repeatable)"
-        ),
+        overrides: list[str] = SetOpt,
     ) -> None:
         """Pre-train a small GPT on verifiable tasks, then improve it with RL (no Kafka)."""
         if mode != "local":
             raise typer.BadParameter("only --mode local exists here; streaming is `rlstream run`")
-        from rlstream.trainers.local import Args, train_local
+        from rlstream.trainers.local import LocalOptions, train_local
 
         s = lambda p: None if p is None else str(p)  # noqa: E731
-        try:
-            args = Args(
-                tasks=tasks,
-                algo=algo,
-                rl_steps=rl_steps,
-                seed=seed,
-                threads=threads,
-                pretrain_max_steps=pretrain_max_steps,
-                backend=backend,
-                zero_stage=zero_stage,
-                hybrid=hybrid,
-                reward_rules=s(reward_rules),
-                checkpoint_dir=s(checkpoint_dir),
-                checkpoint_every=checkpoint_every,
-                resume=resume,
-                out_dir=s(out_dir),
-                summary=s(summary),
-                progress=progress,
-                **parse_overrides(overrides),
-            )
-        except (ValueError, KeyError) as e:
-            raise typer.BadParameter(str(e)) from None
-        train_local(args)
+        cfg = build_config(
+            config, overrides, data__tasks=tasks, rl__algo=algo, selection__sampler=sampler,
+            rl__steps=rl_steps, pretrain__max_steps=pretrain_max_steps, seed=seed,
+            model__threads=threads, model__backend=backend, rl__hybrid=hybrid,
+            rl__reward_rules=s(reward_rules),
+        )  # fmt: skip
+        opts = LocalOptions(s(checkpoint_dir), resume, s(out_dir), s(summary), progress)
+        train_local(cfg, opts)
 
     @bench_app.command("train")
     def bench_train(

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import torch
-
 from rlstream.schemas import make_event_id
-from rlstream.trainers.algos import compute_grpo_advantages
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.rewards import RewardFn, verifier_reward
 
@@ -76,16 +73,15 @@ def complete_groups(rows: list[dict]) -> tuple[dict[str, list[dict]], dict[str, 
 
 def assemble_experience(rollouts: list[dict], rewards: list[dict]) -> list[dict]:
     """`experience` rows for one complete group: rollout tokens joined with rewards by
-    sample_idx, and group-normalised (GRPO) advantages. Rows are sorted by sample_idx."""
+    sample_idx, sorted by sample_idx. Advantages are the trainer's (rl_update): GRPO's need
+    only the group, PPO's need the trainer's value head."""
     reward_of = {r["sample_idx"]: r for r in rewards}
     missing = [r["sample_idx"] for r in rollouts if r["sample_idx"] not in reward_of]
     if missing:
         raise ValueError(f"request {rollouts[0]['request_id']}: no reward for samples {missing}")
     rollouts = sorted(rollouts, key=lambda r: r["sample_idx"])
-    values = torch.tensor([reward_of[r["sample_idx"]]["reward"] for r in rollouts])
-    advantages = compute_grpo_advantages(values, torch.zeros(len(rollouts), dtype=torch.long))
     out = []
-    for row, advantage in zip(rollouts, advantages.tolist(), strict=True):
+    for row in rollouts:
         scored = reward_of[row["sample_idx"]]
         out.append(
             {
@@ -100,7 +96,6 @@ def assemble_experience(rollouts: list[dict], rewards: list[dict]) -> list[dict]
                 "completion_tokens": row["completion_tokens"],
                 "logprobs": row["logprobs"],
                 "reward": scored["reward"],
-                "advantage": advantage,
                 "correct": scored["correct"],
             }
         )

@@ -3,25 +3,23 @@
 policy = build_policy(GPTConfig(...))                    # or policy_from_bytes(blob)
 samples = rollout(policy, prompts, group_size=8)          # G completions per prompt
 rewards, correct = score(prompts, samples)                # verifiers or JSON reward rules
-exp = to_experience(prompts, samples, rewards, version)   # what rl.experience.v1 carries
-learner = make_learner(policy, RLArgs(algo="grpo"))       # optimizer + frozen reference
-metrics = learner.step(exp)                               # one RL update
+exp = to_experience(prompts, samples, rewards, version)   # an Experience batch
 blob = policy_to_bytes(policy)                            # publish a policy version
+
+Updates are the training core's (`rlstream.trainers.core`: TrainState, rl_update).
 """
 
 from __future__ import annotations
 
-import copy
 import io
 from dataclasses import asdict, dataclass
 
 import torch
 
-from rlstream.trainers.backend import make_adamw, make_backend
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
 from rlstream.trainers.rewards import RewardFn, verifier_reward
-from rlstream.trainers.rl import Experience, Learner, RLArgs
+from rlstream.trainers.rl import Experience
 from rlstream.trainers.sampling import Samples, sample
 
 
@@ -90,15 +88,6 @@ def to_experience(
         groups,
         [policy_version] * len(groups),
     )
-
-
-def make_learner(
-    policy: Policy, args: RLArgs, backend: str = "auto", weight_decay: float = 0.1, seed: int = 0
-) -> Learner:
-    """AdamW(0.9, 0.95) at args.lr, a frozen copy of the policy as KL reference, a Learner."""
-    ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-    opt = make_adamw(policy.model, args.lr, weight_decay)
-    return Learner(make_backend(policy.model, opt, backend), ref, args, policy.tok.pad_id, seed)
 
 
 def policy_to_bytes(policy: Policy) -> bytes:

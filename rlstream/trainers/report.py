@@ -24,11 +24,12 @@ def bar_info(row: dict, keys: dict[str, str]) -> str:
 
 
 def make_summary(run, final: dict, wall_s: float) -> dict:
-    pe = run.pretrain_eval
+    pe, st = run.pretrain_eval, run.state
     return {
-        "tasks": run.args.tasks,
-        "algo": run.args.algo,
-        "params": run.model.num_params(),
+        "tasks": run.cfg.data.tasks,
+        "algo": run.cfg.rl.algo,
+        "sampler": run.cfg.selection.sampler,
+        "params": st.model.num_params(),
         "pretrain_steps": pe.get("steps"),
         "pretrain_wall_s": pe.get("wall_s"),
         "pretrain_accuracy": pe.get("greedy"),
@@ -37,31 +38,39 @@ def make_summary(run, final: dict, wall_s: float) -> dict:
         "final_pass1": final.get("pass1"),
         "pretrain_by_task": pe.get("greedy_by_task"),
         "final_by_task": final["greedy_by_task"],
-        "rl_steps": run.rl_step,
-        "rollouts": run.rollouts,
-        "dropped_groups": run.learner.dropped_groups if run.learner else 0,
+        "rl_steps": st.rl_step,
+        "rollouts": st.rollouts,
+        "dropped_groups": st.stale_groups,
+        "zero_variance_share": round(st.zero_variance_groups / st.trained_groups, 4)
+        if st.trained_groups
+        else None,
         "corpus_added": len(run.added_docs),
         "wall_s": wall_s,
     }
 
 
-def write_outputs(run, summary: dict) -> None:
-    a = run.args
-    if a.out_dir:
+def write_outputs(run, opts, summary: dict) -> None:
+    """history.json, curves.png and the effective config.yaml under opts.out_dir; the summary
+    JSON at opts.summary; the final table when progress is on."""
+    from rlstream.config import show
+
+    a = run.cfg
+    if opts.out_dir:
         from rlstream.trainers.plots import plot_curves
 
-        out = Path(a.out_dir)
+        out = Path(opts.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "history.json").write_text(json.dumps(run.history))
+        (out / "config.yaml").write_text(show(run.cfg))
         plot_curves(run.history, out / "curves.png")
-    if a.summary:
-        Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.summary).write_text(json.dumps(summary, indent=2))
-    if a.progress:
+    if opts.summary:
+        Path(opts.summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.summary).write_text(json.dumps(summary, indent=2))
+    if opts.progress:
         from rich.console import Console
         from rich.table import Table
 
-        t = Table(title=f"rlstream local run: {a.tasks} ({a.algo})")
+        t = Table(title=f"rlstream local run: {a.data.tasks} ({a.rl.algo}, {a.selection.sampler})")
         t.add_column("held-out")
         t.add_column("pre-trained", justify="right")
         t.add_column("after RL", justify="right")

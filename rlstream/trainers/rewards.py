@@ -218,3 +218,8 @@ def verifier_reward(completions: list[str], prompts: list, **kwargs) -> list[flo
     from rlstream.trainers.envs import verify
 
     return [float(verify(c, p)) for c, p in zip(completions, prompts, strict=True)]
+
+
+def make_reward_fn(rules: str | Path | None) -> RewardFn:
+    """The JSON reward rules at `rules`, or each task family's verifier when None."""
+    return build_reward(rules) if rules else verifier_reward

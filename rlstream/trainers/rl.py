@@ -1,9 +1,10 @@
-"""One RL update on a batch of experience (GRPO or PPO), independent of how it was produced.
+"""The RL math of one update (GRPO or PPO), independent of how the experience was produced.
 
-The streaming trainer builds an `Experience` from Kafka events; the local loop builds it from
-`sampling.sample`. `Learner.step(exp)` drops groups whose policy lag exceeds `max_policy_lag`,
-computes advantages (registry: grpo, ppo), and runs `update_epochs` x `num_minibatches` clipped
-policy-gradient updates with a KL penalty to a frozen reference and optional value/entropy terms.
+`rlstream.trainers.core.rl_update` is the one caller: it asks `Learner.split_stale` which groups
+are too old to train on, then `Learner.step(fresh)` computes advantages (registry
+`ADVANTAGES`: grpo, ppo) and runs `update_epochs` x `num_minibatches` clipped policy-gradient
+updates with a KL penalty to a frozen reference and optional value/entropy/LM terms.
+Settings are `rlstream.config.RLConfig`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlstream.config import RLConfig
 from rlstream.trainers.algos import (
     compute_gae,
     compute_grpo_advantages,
@@ -23,6 +25,7 @@ from rlstream.trainers.algos import (
     value_loss,
 )
 from rlstream.trainers.model import token_logprobs
+from rlstream.trainers.pretrain import lm_loss
 
 
 @dataclass
@@ -39,44 +42,27 @@ class Experience:
     def __len__(self) -> int:
         return len(self.rewards)
 
-    def select(self, rows: list[int]) -> Experience:
-        f = [
-            self.prompt_tokens,
-            self.completion_tokens,
-            self.old_logprobs,
-            self.rewards,
-            self.group_ids,
-            self.policy_version,
-        ]
-        return Experience(*[[col[i] for i in rows] for col in f])
+    def _columns(self) -> list[list]:
+        return [self.prompt_tokens, self.completion_tokens, self.old_logprobs, self.rewards,
+                self.group_ids, self.policy_version]  # fmt: skip
 
+    def select(self, rows) -> Experience:
+        return Experience(*[[col[i] for i in rows] for col in self._columns()])
 
-@dataclass
-class RLArgs:
-    algo: str = "grpo"
-    """advantage estimator: grpo (group-normalised, no critic) or ppo (value head + GAE)"""
-    lr: float = 1e-4
-    """learning rate of RL updates"""
-    clip: float = 0.2
-    """PPO ratio clip (also bounds importance weights of stale experience)"""
-    kl_coef: float = 0.0
-    """weight of the KL(pi || ref) penalty (k3 estimator) to the frozen pre-trained reference"""
-    vf_coef: float = 0.5
-    """value loss weight (ppo)"""
-    ent_coef: float = 0.01
-    """entropy bonus weight (ppo; grpo uses 0)"""
-    gamma: float = 0.99
-    """GAE discount (ppo)"""
-    lam: float = 0.95
-    """GAE lambda (ppo)"""
-    update_epochs: int = 1
-    """passes over each experience batch (design default for ppo: 10)"""
-    num_minibatches: int = 1
-    """minibatches per epoch"""
-    max_policy_lag: int = 4
-    """groups produced more than this many versions ago are dropped (and counted)"""
-    lm_coef: float = 1.0
-    """weight of the pre-training loss in hybrid updates"""
+    def concat(self, other: Experience) -> Experience:
+        return Experience(*[a + b for a, b in zip(self._columns(), other._columns(), strict=True)])
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> Experience:
+        """From rl.experience.v2 rows (a group is a request_id)."""
+        return cls(
+            [r["prompt_tokens"] for r in rows],
+            [r["completion_tokens"] for r in rows],
+            [r["logprobs"] for r in rows],
+            [r["reward"] for r in rows],
+            [r["request_id"] for r in rows],
+            [r["policy_version"] for r in rows],
+        )
 
 
 def collate(exp: Experience, pad_id: int) -> dict[str, torch.Tensor]:
@@ -94,11 +80,29 @@ def collate(exp: Experience, pad_id: int) -> dict[str, torch.Tensor]:
     return {"tokens": tokens, "old_logp": old, "mask": mask, "rewards": torch.tensor(exp.rewards)}
 
 
-def _grpo(b: dict, values: torch.Tensor | None, args: RLArgs):
+ADVANTAGES: dict[str, Callable] = {}
+
+
+def register_advantage(name: str):
+    """Add an advantage estimator `fn(batch, values, cfg) -> (advantages, returns)`; a
+    duplicate name is an error."""
+
+    def add(fn: Callable) -> Callable:
+        if name in ADVANTAGES:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGES[name] = fn
+        return fn
+
+    return add
+
+
+@register_advantage("grpo")
+def _grpo(b: dict, values: torch.Tensor | None, args: RLConfig):
     return compute_grpo_advantages(b["rewards"], b["group_index"]), None
 
 
-def _ppo(b: dict, values: torch.Tensor, args: RLArgs):
+@register_advantage("ppo")
+def _ppo(b: dict, values: torch.Tensor, args: RLConfig):
     """Reward on each sequence's last token; GAE over completion tokens; normalised advantages."""
     mask = b["mask"]
     last = (mask.cumsum(1) == mask.sum(1, keepdim=True)) & (mask > 0)
@@ -111,13 +115,10 @@ def _ppo(b: dict, values: torch.Tensor, args: RLArgs):
     return (adv - mean) / (std + 1e-8) * mask, ret
 
 
-ADVANTAGES: dict[str, Callable] = {"grpo": _grpo, "ppo": _ppo}
-
-
 class Learner:
     """Owns the policy's optimisation state; `version` counts the updates applied so far."""
 
-    def __init__(self, backend, ref_model, args: RLArgs, pad_id: int, seed: int = 0):
+    def __init__(self, backend, ref_model, args: RLConfig, pad_id: int, seed: int = 0):
         if args.algo not in ADVANTAGES:
             raise ValueError(f"unknown algo {args.algo!r}; known: {sorted(ADVANTAGES)}")
         if args.algo == "ppo" and backend.module.value_head is None:
@@ -125,10 +126,10 @@ class Learner:
         self.backend, self.ref, self.args, self.pad_id = backend, ref_model, args, pad_id
         self.version = 0
         self.generator = torch.Generator().manual_seed(seed)
-        self.dropped_groups = 0
 
-    def filter_stale(self, exp: Experience) -> tuple[Experience, int]:
-        """Drop whole groups with any row older than max_policy_lag versions; count them."""
+    def split_stale(self, exp: Experience) -> tuple[Experience, int]:
+        """(the groups fresh enough to train on, how many whole groups are too stale: any row
+        more than max_policy_lag versions behind)."""
         stale = {
             g
             for g, v in zip(exp.group_ids, exp.policy_version, strict=True)
@@ -143,9 +144,7 @@ class Learner:
 
     def step(self, exp: Experience, lm_batch: tuple | None = None) -> dict:
         """Apply one RL update (epochs x minibatches) to exp; lm_batch=(x, y) mixes in LM loss."""
-        exp, dropped = self.filter_stale(exp)
-        self.dropped_groups += dropped
-        metrics = {"dropped_groups": dropped, "version": self.version}
+        metrics = {"version": self.version}
         if len(exp) == 0:
             return metrics | {"loss": float("nan")}
         a, ppo = self.args, self.args.algo == "ppo"
@@ -195,8 +194,6 @@ class Learner:
             loss = loss + a.vf_coef * vl - a.ent_coef * ent
             out["value_loss"] = vl.detach()
         if lm_batch is not None:
-            from rlstream.trainers.pretrain import lm_loss
-
             x, y = (t.to(tokens.device) for t in lm_batch)
             lm = lm_loss(self.backend.model, x, y, self.pad_id)
             loss = loss + a.lm_coef * lm
@@ -206,12 +203,8 @@ class Learner:
         return out
 
     def state_dict(self) -> dict:
-        return {
-            "version": self.version,
-            "generator": self.generator.get_state(),
-            "dropped_groups": self.dropped_groups,
-        }
+        return {"version": self.version, "generator": self.generator.get_state()}
 
     def load_state_dict(self, s: dict) -> None:
-        self.version, self.dropped_groups = s["version"], s["dropped_groups"]
+        self.version = s["version"]
         self.generator.set_state(s["generator"])

@@ -30,8 +30,12 @@ def test_bad_where_and_bad_time_are_one_line_errors(stack_home):
 def test_bad_run_settings_are_one_line_errors(tmp_path):
     # checked before anything starts: no stack, no processes
     for args, words in (
-        (["--sampler", "dapo"], "--sampler 'dapo'"),
-        (["--sampler", "ppm", "--set", "ppm_features=pixels"], "ppm_features"),
+        (["--sampler", "dapo"], "rl.filter_zero_variance=true"),
+        (["--sampler", "ppm", "--set", "ppm_features=pixels"], "selection.ppm_features"),
+        (["--set", "rl.lrr=1"], "rl.lrr: unknown setting"),
+        (["--set", "lr=1"], "ambiguous; use one of pretrain.lr, rl.lr"),
+        (["--algo", "ppx"], "rl.algo: 'ppx' is not one of grpo, ppo"),
+        (["--reward-rules", str(tmp_path / "missing.json")], "rl.reward_rules: no such file"),
     ):
         result = cli("run", "--out", str(tmp_path), *args, check=False)
         assert result.returncode == 2 and words in result.stderr, result.stderr

@@ -18,15 +18,15 @@ pytestmark = pytest.mark.integration
 G, P, STEPS = 4, 8, 4
 SMALL = [
     "--set",
-    "pretrain_max_steps=60",
+    "pretrain.max_steps=60",
     "--set",
     "corpus_docs=3000",
     "--set",
     "pool_size=500",
     "--set",
-    "eval_prompts=32",
+    "eval.prompts=32",
     "--set",
-    "eval_interval=2",
+    "eval.interval=2",
     "--set",
     f"prompts_per_step={P}",
     "--set",
@@ -181,6 +181,47 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
     assert zero >= figures["filtered_groups"]
 
 
+def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(stack_home, tmp_path):
+    # the JSON rules (the verifier plus half a point for an all-digit answer) are what
+    # score_rollouts applies, so they are what the trainer receives; PPO trains its value head
+    # and hybrid mode mixes pre-training loss into every update, all through `rlstream run`
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {"type": "exact_match"},
+                    {"type": "format", "pattern": "[0-9]+", "weight": 0.5},
+                ]
+            }
+        )
+    )
+    summary = tmp_path / "summary.json"
+    run_id = "loop-ppo"
+    cli("run", "--rl-steps", "3", "--algo", "ppo", "--hybrid", "--reward-rules", str(rules),
+        "--sampler", "uniform", "--run-id", run_id, "--out", str(tmp_path),
+        "--summary", str(summary), *SMALL, "--set", "rl.update_epochs=2", timeout=900)  # fmt: skip
+    figures = json.loads(summary.read_text())
+    assert figures["completed"] and figures["algo"] == "ppo" and figures["hybrid"]
+    rewards = _rows_of(run_id, "rewards")
+    rollouts = {
+        (r["request_id"], r["sample_idx"]): r["completion"] for r in _rows_of(run_id, "rollouts")
+    }
+    for r in rewards:
+        digits = rollouts[(r["request_id"], r["sample_idx"])].strip().isdigit()
+        assert r["reward"] == pytest.approx(float(r["correct"]) + 0.5 * digits)
+    assert any(r["reward"] not in (0.0, 1.0) for r in rewards)  # the rules, not the verifier
+    trained = {r["event_id"]: r["reward"] for r in _rows_of(run_id, "experience")}
+    scored = {(r["request_id"], r["sample_idx"]): r["reward"] for r in rewards}
+    assert sorted(trained.values()) == sorted(  # what the trainer consumed carries them
+        scored[(r["request_id"], r["sample_idx"])] for r in _rows_of(run_id, "experience")
+    )
+    metrics = {r["metric"] for r in _rows_of(run_id, "eval_results") if r["task"] == "rl"}
+    assert {"value_loss", "lm_loss"} <= metrics  # the value head and the LM share trained
+    config = (tmp_path / run_id / "config.yaml").read_text()
+    assert "algo: ppo" in config and "hybrid: true" in config  # the effective config is kept
+
+
 def test_the_ppm_scheduler_records_every_decision_and_reads_the_policy(loop_run):
     figures, out, _ = loop_run
     scores = _rows("prompt_scores")
@@ -327,7 +368,7 @@ def _kill_mid_run(tmp_path, run_id: str, module: str, steps: int, *extra: str) -
         str(summary),
         *SMALL,
         "--set",
-        "checkpoint_every=2",
+        "checkpoint.every=2",
         *extra,
     ]
     run = subprocess.Popen(
@@ -344,7 +385,7 @@ def _kill_mid_run(tmp_path, run_id: str, module: str, steps: int, *extra: str) -
             p
             for p in psutil.process_iter(["cmdline"])
             if module in " ".join(p.info["cmdline"] or [])
-            and f"{run_id}/loop.json" in " ".join(p.info["cmdline"] or [])
+            and f"{run_id}/config.json" in " ".join(p.info["cmdline"] or [])
         ]
         assert len(victims) == 1
         os.kill(victims[0].pid, signal.SIGKILL)

@@ -4,26 +4,32 @@ import json
 import subprocess
 import sys
 
-from rlstream.trainers.local import Args, train_local
+from rlstream.config import Config, load_config, with_values
+from rlstream.trainers.local import LocalOptions, train_local
 
-TINY = dict(
-    corpus_docs=2000,
-    pretrain_max_steps=20,
-    val_interval=10,
-    warmup_steps=5,
-    rl_steps=4,
-    eval_interval=2,
-    eval_prompts=16,
-    eval_samples=2,
-    pool_size=200,
-    prompts_per_step=4,
-    group_size=4,
-    n_layer=1,
-    n_embd=32,
-    threads=1,
-    progress=False,
-    backend="torch",
-)
+TINY = [
+    "data.corpus_docs=2000",
+    "data.pool_size=200",
+    "pretrain.max_steps=20",
+    "pretrain.val_interval=10",
+    "pretrain.warmup_steps=5",
+    "rl.steps=4",
+    "rl.prompts_per_step=4",
+    "rl.group_size=4",
+    "eval.interval=2",
+    "eval.prompts=16",
+    "eval.samples=2",
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.threads=1",
+    "model.backend=torch",
+    "selection.sampler=uniform",
+]
+
+
+def tiny(*extra: str) -> Config:
+    return load_config(None, [*TINY, *extra])
+
 
 KEYS = {
     "pretrain_accuracy",
@@ -33,14 +39,20 @@ KEYS = {
     "rl_steps",
     "rollouts",
     "wall_s",
+    "sampler",
+    "zero_variance_share",
 }
 
 
 def test_grpo_run_writes_summary_history_and_curves(tmp_path):
-    s = train_local(Args(**TINY, out_dir=str(tmp_path), summary=str(tmp_path / "s.json")))
+    opts = LocalOptions(out_dir=str(tmp_path), summary=str(tmp_path / "s.json"), progress=False)
+    s = train_local(tiny(), opts)
     assert set(s) >= KEYS and s["rl_steps"] == 4 and s["rollouts"] == 4 * 4 * 4
+    assert s["sampler"] == "uniform"
+    assert s["zero_variance_share"] is None or 0 <= s["zero_variance_share"] <= 1
     assert json.loads((tmp_path / "s.json").read_text())["rollouts"] == 64
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert Config.read(tmp_path / "config.yaml") == tiny()  # the effective config is written
     hist = json.loads((tmp_path / "history.json").read_text())
     assert {h["phase"] for h in hist} == {"pretrain", "rl"}
     assert any("val_loss" in h for h in hist) and any("entropy" in h for h in hist)
@@ -58,15 +70,18 @@ def test_ppo_hybrid_with_reward_rules(tmp_path):
             }
         )
     )
-    args = Args(
-        **TINY | {"tasks": "add@1,chain@1"},
-        algo="ppo",
-        update_epochs=2,
-        num_minibatches=2,
-        hybrid=True,
-        reward_rules=str(rules),
+    cfg = with_values(
+        tiny(),
+        **{
+            "data.tasks": "add@1,chain@1",
+            "rl.algo": "ppo",
+            "rl.update_epochs": 2,
+            "rl.num_minibatches": 2,
+            "rl.hybrid": True,
+            "rl.reward_rules": str(rules),
+        },
     )
-    s = train_local(args)
+    s = train_local(cfg, LocalOptions(progress=False))
     assert s["algo"] == "ppo" and s["rl_steps"] == 4
     assert s["corpus_added"] >= 0 and set(s["final_by_task"]) == {"add", "chain"}
 
@@ -83,4 +98,4 @@ def test_cli_train_and_bench_help():
         text=True,
         timeout=60,
     )
-    assert bad.returncode != 0 and "nope=1" in bad.stderr
+    assert bad.returncode != 0 and "nope" in bad.stderr and "unknown setting" in bad.stderr

@@ -3,9 +3,10 @@ import copy
 import pytest
 import torch
 
+from rlstream.config import RLConfig
 from rlstream.trainers.backend import make_adamw, make_backend
 from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
-from rlstream.trainers.rl import Experience, Learner, RLArgs, collate
+from rlstream.trainers.rl import ADVANTAGES, Experience, Learner, collate, register_advantage
 from rlstream.trainers.sampling import sample
 
 TOK = CharTokenizer()
@@ -17,7 +18,7 @@ def _setup(algo="grpo", **kw):
     model = GPT(cfg)
     backend = make_backend(model, make_adamw(model, 1e-3), "torch")
     ref = copy.deepcopy(model).requires_grad_(False)
-    return model, Learner(backend, ref, RLArgs(algo=algo, **kw), TOK.pad_id)
+    return model, Learner(backend, ref, RLConfig(algo=algo, **kw), TOK.pad_id)
 
 
 def _experience(model, version=0, prompts=("12+34=", "5-3=")):
@@ -52,7 +53,7 @@ def test_step_changes_parameters_and_reports(algo):
     model, learner = _setup(algo, update_epochs=2, num_minibatches=2, kl_coef=0.1)
     before = [p.detach().clone() for p in model.parameters()]
     m = learner.step(_experience(model))
-    assert learner.version == 1 and m["dropped_groups"] == 0
+    assert learner.version == 1 and m["version"] == 0
     assert all(k in m for k in ("loss", "pg_loss", "kl", "entropy", "clipfrac", "reward"))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     if algo == "ppo":
@@ -65,18 +66,51 @@ def test_on_policy_first_update_has_unit_ratio_and_zero_kl():
     assert m["clipfrac"] == 0.0 and m["kl"] == pytest.approx(0.0, abs=1e-6)
 
 
-def test_stale_groups_are_dropped_and_counted():
+def test_stale_groups_are_split_off_and_counted():
     model, learner = _setup("grpo", max_policy_lag=2)
     learner.version = 5
     fresh, stale = _experience(model, version=4), _experience(model, 2, prompts=("7+7=", "9-1="))
-    exp = Experience(
-        *[a + b for a, b in zip(vars(fresh).values(), vars(stale).values(), strict=True)]
-    )
-    m = learner.step(exp)
-    assert m["dropped_groups"] == 2 and learner.dropped_groups == 2
+    kept, n_stale = learner.split_stale(fresh.concat(stale))
+    assert n_stale == 2 and set(kept.group_ids) == set(fresh.group_ids)
+    assert kept.completion_tokens == fresh.completion_tokens
+    m = learner.step(kept)
+    assert learner.version == 6 and "dropped_groups" not in m
     assert m["tokens"] == sum(len(t) for t in fresh.completion_tokens)
-    m = learner.step(stale)  # nothing left: no update, version unchanged
-    assert m["dropped_groups"] == 2 and learner.version == 6
+    left, n_stale = learner.split_stale(stale)
+    assert n_stale == 2 and len(left) == 0
+    m = learner.step(left)  # nothing left: no update, version unchanged
+    assert learner.version == 6 and m["loss"] != m["loss"]  # nan
+
+
+def test_step_does_not_filter_stale_rows_itself():
+    model, learner = _setup("grpo", max_policy_lag=0)
+    learner.version = 3
+    exp = _experience(model, version=0)
+    m = learner.step(exp)  # the caller (core.rl_update) decides what is stale
+    assert learner.version == 4 and m["tokens"] == sum(len(t) for t in exp.completion_tokens)
+
+
+def test_advantage_registry_rejects_a_duplicate_name():
+    assert {"grpo", "ppo"} <= set(ADVANTAGES)
+    before = ADVANTAGES["grpo"]
+    with pytest.raises(ValueError, match="grpo"):
+        register_advantage("grpo")(lambda b, values, cfg: (b["rewards"], None))
+    assert ADVANTAGES["grpo"] is before
+
+
+def test_a_registered_advantage_is_used_by_the_learner():
+    def constant(b, values, cfg):
+        return torch.full_like(b["rewards"], 2.0), None
+
+    register_advantage("constant_test")(constant)
+    try:
+        model, learner = _setup("grpo")
+        learner.args.algo = "constant_test"  # after RLConfig's own check of the name
+        m = learner.step(_experience(model))
+        # on-policy the ratio is 1, so the surrogate is -A = -2 (grpo's group-normalised ~0)
+        assert m["pg_loss"] == pytest.approx(-2.0, abs=1e-4) and learner.version == 1
+    finally:
+        del ADVANTAGES["constant_test"]
 
 
 def test_hybrid_lm_loss_is_mixed_in():

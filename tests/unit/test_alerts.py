@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import rlstream.ops.metrics  # noqa: F401  (declares every metric on the default registry)
+import rlstream.metrics  # noqa: F401  (declares every metric on the default registry)
 
 COMPOSE = Path(__file__).parents[2] / "compose"
 RULES = COMPOSE / "prometheus"

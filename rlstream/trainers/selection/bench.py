@@ -15,18 +15,26 @@ Target accuracy (per pool, unless `target_accuracy` is given): the starting accu
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from rlstream.config import Config, with_values
 from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.selection import metrics as M
 from rlstream.trainers.selection.allocation import compare_allocations
-from rlstream.trainers.selection.loop import LoopArgs, arm_spec, run_arm
-from rlstream.trainers.selection.policies import PretrainConfig, late_policy, pretrained_policy
+from rlstream.trainers.selection.loop import ArmArgs, arm_spec, run_arm
+from rlstream.trainers.selection.policies import late_policy, pretrained_policy
 from rlstream.trainers.selection.ppm import calibration, pearson_r
 from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
+
+BENCH_PRETRAIN_STEPS = 1000  # the published results' pre-training budget (cached checkpoints)
+
+
+def bench_config() -> Config:
+    """The run settings the benchmark's arms share: the defaults, with its pre-training budget."""
+    return with_values(Config(), **{"pretrain.max_steps": BENCH_PRETRAIN_STEPS})
 
 
 @dataclass
@@ -60,10 +68,11 @@ class BenchArgs:
     """family added to the late pool, out of reach of the policy ('' for none)"""
     alloc_samples: int = 4
     """test-time allocation budget: samples per held-out prompt on average"""
-    pretrain: PretrainConfig = PretrainConfig()
-    """shared pre-training (cached by this config)"""
-    loop: LoopArgs = None  # type: ignore[assignment]
-    """RL loop settings (steps is overridden by `steps`)"""
+    train: Config = field(default_factory=bench_config)
+    """the run settings every arm shares: model, data, pre-training (its checkpoint is cached
+    by them), RL (rl.steps and data.tasks come from `steps` and `task`)"""
+    arm: ArmArgs = field(default_factory=ArmArgs)
+    """what each arm measures besides training (evaluation cadence, threads, PPM settings)"""
     cache_dir: str = "~/.cache/rlstream/selection"
     """where pre-trained and warmed-up checkpoints are cached"""
     out: str = "bench-selection"
@@ -76,7 +85,7 @@ class BenchArgs:
     """reuse arms already saved under out/arms/ (same pool, sampler and seed)"""
 
     def __post_init__(self):
-        self.loop = replace(self.loop or LoopArgs(), steps=self.steps)
+        self.train = with_values(self.train, **{"rl.steps": self.steps, "data.tasks": self.task})
         if self.pool not in ("default", "late", "both"):
             raise ValueError(f"pool is default, late or both; got {self.pool!r}")
         if self.seeds < 1:
@@ -85,7 +94,7 @@ class BenchArgs:
         if "uniform" not in names:
             raise ValueError("the benchmark measures against uniform: keep it in --samplers")
         for name in names:
-            base, _ = arm_spec(name, self.loop)
+            base, _ = arm_spec(name, self.train)
             if base not in SELECTION_SAMPLERS:
                 raise ValueError(
                     f"samplers: unknown {base!r}; known: {', '.join(sorted(SELECTION_SAMPLERS))}"
@@ -109,8 +118,8 @@ def quick(args: BenchArgs) -> BenchArgs:
         eval_prompts=256,
         pool_size=2000,
         late_warmup=20,
-        pretrain=replace(args.pretrain, max_steps=300, corpus_docs=30_000),
-        loop=replace(args.loop, eval_every=5, pass1_every=10),
+        train=with_values(args.train, **{"pretrain.max_steps": 300, "data.corpus_docs": 30_000}),
+        arm=replace(args.arm, eval_every=5, pass1_every=10),
     )
 
 
@@ -118,23 +127,21 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
     """name -> {blob, pool, eval, cached, loop}: each pool's shared starting policy, prompts and
     RL settings."""
     cache = Path(a.cache_dir).expanduser()
-    cfg = replace(a.pretrain, tasks=a.task)
-    blob, cached = pretrained_policy(cfg, cache, a.loop.threads, status("pre-train"))
+    cfg = a.train
+    blob, cached = pretrained_policy(cfg, cache, a.arm.threads, status("pre-train"))
     mix = TaskMix.parse(a.task)
     pool = sample_prompts(mix, a.pool_size, "train", cfg.seed)
     out = {}
     if "default" in a.pools:
         ev = sample_prompts(mix, a.eval_prompts, "heldout", cfg.seed)
-        out["default"] = {"blob": blob, "pool": pool, "eval": ev, "cached": cached, "loop": a.loop}
+        out["default"] = {"blob": blob, "pool": pool, "eval": ev, "cached": cached, "cfg": cfg}
     if "late" in a.pools:
-        late, lc = late_policy(
-            blob, cfg, pool, a.late_warmup, cache, a.loop, status("late warm-up")
-        )
+        late, lc = late_policy(blob, cfg, pool, a.late_warmup, cache, a.arm, status("late warm-up"))
         lmix = TaskMix.parse(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
         lpool = sample_prompts(lmix, a.pool_size, "train", cfg.seed)
         ev = sample_prompts(lmix, a.eval_prompts, "heldout", cfg.seed)
-        loop = replace(a.loop, rl_lr=a.late_rl_lr)
-        out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc, "loop": loop}
+        late_cfg = with_values(cfg, **{"rl.lr": a.late_rl_lr})
+        out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc, "cfg": late_cfg}
     return out
 
 
@@ -150,7 +157,7 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
     uni_lat = M.mean_std([M.latency(r)["per_step_s"] for r in uni])["mean"]
     uni_lat_p = M.mean_std([M.latency(r)["per_prompt_s"] for r in uni])["mean"]
     fams = M.families(uni[0])
-    uni_fam = {f: np.mean([M.final(r)[f"greedy_{f}"] for r in uni]) for f in fams}
+    uni_fam = {f: np.mean([M.final(r)["greedy_by_task"][f] for r in uni]) for f in fams}
     out = {"start_accuracy": start, "target_accuracy": target, "samplers": {}}
     if uni_final["mean"] - start < 0.02 and a.target_accuracy is None:
         out["target_note"] = (
@@ -192,7 +199,7 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
             ),
             "selection_s_per_step": M.mean_std([M.latency(r)["selection_s_per_step"] for r in rs]),
             "final_by_family": {
-                fam: float(np.mean([M.final(r)[f"greedy_{fam}"] for r in rs])) for fam in fams
+                fam: float(np.mean([M.final(r)["greedy_by_task"][fam] for r in rs])) for fam in fams
             },
             "score_records": int(sum(r.score_records for r in runs[s])),
         }
@@ -293,7 +300,8 @@ def run_bench(a: BenchArgs) -> dict:
                     res = report.load_arm(a, name, sampler, seed) if a.resume else None
                     if res is None:
                         cb = live.arm(name, sampler, seed)
-                        res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, p["loop"], cb)
+                        res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, p["cfg"],
+                                      a.arm, cb)  # fmt: skip
                         report.save_arm(a, name, res)
                     results[name][sampler].append(res)
                     live.done(name, res)

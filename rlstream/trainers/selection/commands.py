@@ -58,8 +58,7 @@ def register(bench_app: typer.Typer) -> None:
         """Compare prompt samplers (RESEARCH.md's table), mean ± std over seeds, per pool."""
         from rlstream.trainers.selection.bench import BenchArgs, run_bench
         from rlstream.trainers.selection.bench import quick as quick_preset
-        from rlstream.trainers.selection.loop import LoopArgs
-        from rlstream.trainers.selection.policies import PretrainConfig
+        from rlstream.trainers.selection.loop import ArmArgs
 
         try:
             a = BenchArgs(
@@ -75,8 +74,7 @@ def register(bench_app: typer.Typer) -> None:
                 cache_dir=str(cache_dir),
                 progress=progress,
                 resume=resume,
-                loop=LoopArgs(threads=threads),
-                pretrain=PretrainConfig(),
+                arm=ArmArgs(threads=threads),
             )
             if quick:
                 a = quick_preset(a)
@@ -88,15 +86,24 @@ def register(bench_app: typer.Typer) -> None:
 
 def _override(a, opts: dict):
     """Explicit options win over the defaults and the --quick preset."""
+    from rlstream.config import with_values
+
     pick = lambda keys: {k: opts[k] for k in keys if opts.get(k) is not None}  # noqa: E731
     top = pick(["steps", "pool_size", "eval_prompts", "late_warmup", "late_extra", "late_rl_lr"])
-    pre = pick(["corpus_docs", "n_layer", "n_embd", "block_size"])
-    if opts.get("pretrain_steps") is not None:
-        pre["max_steps"] = opts["pretrain_steps"]
+    names = {
+        "corpus_docs": "data.corpus_docs",
+        "n_layer": "model.n_layer",
+        "n_embd": "model.n_embd",
+        "block_size": "model.block_size",
+        "pretrain_steps": "pretrain.max_steps",
+        "max_new_tokens": "rl.max_new_tokens",
+        "prompts_per_step": "rl.prompts_per_step",
+        "group_size": "rl.group_size",
+        "ppm_features": "selection.ppm_features",
+    }
+    train = {dotted: opts[k] for k, dotted in names.items() if opts.get(k) is not None}
     if opts.get("n_embd") is not None:
-        pre["n_head"] = max(1, min(4, opts["n_embd"] // 16))
-    loop = pick(
-        ["max_new_tokens", "prompts_per_step", "group_size", "eval_every", "pass1_every"]
-        + ["ppm_features"]
-    )
-    return replace(a, pretrain=replace(a.pretrain, **pre), loop=replace(a.loop, **loop), **top)
+        train["model.n_head"] = max(1, min(4, opts["n_embd"] // 16))
+    arm = pick(["eval_every", "pass1_every"])
+    a = replace(a, train=with_values(a.train, **train), arm=replace(a.arm, **arm), **top)
+    return replace(a)  # __post_init__ again: steps and task reach a.train

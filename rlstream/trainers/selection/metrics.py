@@ -110,4 +110,4 @@ def final(rows: list[dict]) -> dict:
 
 
 def families(rows: list[dict]) -> list[str]:
-    return sorted(k.removeprefix("greedy_") for k in final(rows) if k.startswith("greedy_"))
+    return sorted(final(rows)["greedy_by_task"])

@@ -11,35 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from rlstream.config import Config
 from rlstream.trainers.envs import Prompt
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
-@dataclass(frozen=True)
-class PretrainConfig:
-    tasks: str = "add,sub"
-    """task mix the corpus is drawn from"""
-    seed: int = 0
-    """seed of corpus, splits and init"""
-    max_steps: int = 1000
-    """pre-training step cap (the validation plateau may stop it earlier)"""
-    corpus_docs: int = 100_000
-    """worked documents"""
-    flaw_rate: float = 0.65
-    """share of flawable documents written with their family's systematic mistake"""
-    block_size: int = 32
-    """context length"""
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-
-    def key(self, extra: dict | None = None) -> str:
-        payload = asdict(self) | (extra or {}) | {"v": CACHE_VERSION}
-        return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+def cache_key(cfg: Config, extra: dict | None = None) -> str:
+    """What a pre-trained checkpoint depends on: seed, model, data and pre-training settings."""
+    parts = {k: asdict(getattr(cfg, k)) for k in ("model", "data", "pretrain")}
+    payload = parts | {"seed": cfg.seed} | (extra or {}) | {"v": CACHE_VERSION}
+    payload["model"].pop("threads")
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _cached(path: Path, build) -> tuple[bytes, bool]:
@@ -53,59 +39,55 @@ def _cached(path: Path, build) -> tuple[bytes, bool]:
     return blob, False
 
 
-def pretrained_policy(cfg: PretrainConfig, cache_dir: Path, threads: int = 1, on_step=None):
-    """(policy bytes, was_cached): the local loop's pre-training phase, run to its plateau/cap."""
+def pretrained_policy(cfg: Config, cache_dir: Path, threads: int = 1, on_step=None):
+    """(policy bytes, was_cached): the training core's pre-training on the generated corpus,
+    run to its plateau or cap (cfg.pretrain), as the in-process loop does."""
 
     def build() -> bytes:
-        from rlstream.trainers.local import Args, Run, pretrain_step
-        from rlstream.trainers.policy import Policy, policy_to_bytes
+        from rlstream.trainers.core import TrainState, pretrain_step
+        from rlstream.trainers.envs import TaskMix
+        from rlstream.trainers.local import VAL_DOCS
+        from rlstream.trainers.policy import policy_to_bytes
+        from rlstream.trainers.pretrain import Corpus, build_corpus
 
-        args = Args(
-            tasks=cfg.tasks,
-            seed=cfg.seed,
-            threads=threads,
-            device="cpu",
-            backend="torch",
-            n_layer=cfg.n_layer,
-            n_head=cfg.n_head,
-            n_embd=cfg.n_embd,
-            block_size=cfg.block_size,
-            corpus_docs=cfg.corpus_docs,
-            flaw_rate=cfg.flaw_rate,
-            pretrain_max_steps=cfg.max_steps,
-            pool_size=16,
-            eval_prompts=16,
-            progress=False,
-        )
-        run = Run(args)
-        while run.phase == "pretrain":
-            pretrain_step(run)
+        state = TrainState(cfg, threads=threads)
+        mix, d, block = TaskMix.parse(cfg.data.tasks), cfg.data, cfg.model.block_size
+        corpus = Corpus(build_corpus(mix, d.corpus_docs, d.flaw_rate, cfg.seed, cfg.seed),
+                        state.tok, block)  # fmt: skip
+        val = Corpus(build_corpus(mix, VAL_DOCS, d.flaw_rate, cfg.seed + 1, cfg.seed),
+                     state.tok, block)  # fmt: skip
+        while state.phase == "pretrain":
+            pretrain_step(state, corpus, val)
             if on_step is not None:
-                on_step(run.pre_step, cfg.max_steps)
-        return policy_to_bytes(Policy(run.model, run.tok, 0))
+                on_step(state.pre_step, cfg.pretrain.max_steps)
+        return policy_to_bytes(state.policy())
 
-    return _cached(Path(cache_dir) / f"pretrain-{cfg.key()}.pt", build)
+    return _cached(Path(cache_dir) / f"pretrain-{cache_key(cfg)}.pt", build)
 
 
 def late_policy(
     blob: bytes,
-    cfg: PretrainConfig,
+    cfg: Config,
     pool: list[Prompt],
     warmup_steps: int,
     cache_dir: Path,
-    loop_args,
+    arm_args,
     on_step=None,
 ) -> tuple[bytes, bool]:
     """(policy bytes, was_cached): `blob` after `warmup_steps` uniform GRPO steps on `pool`."""
-    from rlstream.trainers.selection.loop import LoopArgs, run_arm
+    from dataclasses import replace
+
+    from rlstream.config import with_values
+    from rlstream.trainers.selection.loop import run_arm
 
     def build() -> bytes:
         from rlstream.trainers.policy import policy_to_bytes
 
-        la = LoopArgs(**{**loop_args.__dict__, "steps": warmup_steps, "eval_every": warmup_steps})
-        res = run_arm(blob, pool, pool[:8], "uniform", cfg.seed, la, on_step, keep_policy=True)
+        warm = with_values(cfg, **{"rl.steps": warmup_steps})
+        aa = replace(arm_args, eval_every=warmup_steps)
+        res = run_arm(blob, pool, pool[:8], "uniform", cfg.seed, warm, aa, on_step, True)
         return policy_to_bytes(res.policy)
 
     extra = {"warmup": warmup_steps, "pool": [p.prompt_id for p in pool[:4]], "n": len(pool)}
-    extra |= {"lr": loop_args.rl_lr, "B": loop_args.prompts_per_step, "G": loop_args.group_size}
-    return _cached(Path(cache_dir) / f"late-{cfg.key(extra)}.pt", build)
+    extra |= {"lr": cfg.rl.lr, "B": cfg.rl.prompts_per_step, "G": cfg.rl.group_size}
+    return _cached(Path(cache_dir) / f"late-{cache_key(cfg, extra)}.pt", build)

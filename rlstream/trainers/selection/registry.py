@@ -34,3 +34,45 @@ def make_selection_sampler(name: str, pool: list[Prompt], seed: int = 0, **kwarg
     if name not in SELECTION_SAMPLERS:
         raise ValueError(f"unknown selection sampler {name!r}; known: {sorted(SELECTION_SAMPLERS)}")
     return SELECTION_SAMPLERS[name](pool, seed, **kwargs)
+
+
+def loop_samplers() -> list[str]:
+    """Samplers a loop draws its batches from. DAPO's dynamic sampling is not one of them: it
+    is a filter over any sampler (`rl.filter_zero_variance`); `dapo` is a benchmark arm."""
+    import rlstream.trainers.selection  # noqa: F401  (registers every sampler)
+
+    return sorted(n for n in SELECTION_SAMPLERS if n != "dapo")
+
+
+def split_arm(name: str, default_features: str) -> tuple[str, list[str]]:
+    """A sampler spec and its PPM featurizers: 'ppm:confidence' -> ('ppm', ['confidence']);
+    a plain name takes `default_features`. Only the PPM sampler takes featurizers."""
+    from rlstream.trainers.selection.policy_features import check_features
+
+    base, _, feats = name.partition(":")
+    if feats and base != "ppm":
+        raise ValueError(f"sampler {name!r}: only ppm takes featurizers (ppm:<featurizers>)")
+    return base, check_features(feats or default_features)
+
+
+def build_sampler(cfg, pool: list[Prompt], policy, name: str | None = None, ppm_args=None):
+    """The sampler a loop uses: `name` (default cfg.selection.sampler, `ppm:<featurizers>`
+    allowed) over `pool`, seeded by cfg.seed. The PPM sampler reads `policy()` (a callable, so
+    the loop can hand it the newest policy) with cfg.selection.ppm_features."""
+    from rlstream.trainers.selection.policy_features import make_policy_ppm_sampler, tuned_args
+
+    base, features = split_arm(name or cfg.selection.sampler, cfg.selection.ppm_features)
+    if base != "ppm":
+        sampler = make_selection_sampler(base, pool, cfg.seed)
+        sampler.reads_policy = False
+        return sampler
+    sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, ppm_args or tuned_args(),
+                                      cfg.rl.temperature, cfg.rl.max_new_tokens)  # fmt: skip
+    sampler.reads_policy = features != ["text"]
+    return sampler
+
+
+def policy_moved(sampler) -> None:
+    """Tell a sampler the policy it reads was updated (its cached policy features are stale)."""
+    if getattr(sampler, "reads_policy", False):
+        sampler.ppm.refresh_features()

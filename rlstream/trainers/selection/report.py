@@ -105,9 +105,7 @@ def load_arm(a, pool: str, sampler: str, seed: int):
 
 
 def config_dict(a) -> dict:
-    d = asdict(a)
-    d["loop"] = {k: v for k, v in d["loop"].items() if k != "ppm"} | {"ppm": asdict(a.loop.ppm)}
-    return d
+    return asdict(a)
 
 
 def _ms(d: dict, pct: bool = False, sign: bool = False, digits: int = 2) -> str:

@@ -1,0 +1,510 @@
+"""Every setting of a run, nested by concern, each default defined once.
+
+    cfg = Config()                                         # the defaults
+    cfg = load_config("run.yaml", ["rl.lr=3e-5"])          # a YAML/JSON file, then --set
+    print(show(cfg))                                       # the effective config as YAML
+
+The in-process loop (`rlstream train`), the streaming loop (`rlstream run`) and the benchmarks
+all read the same `Config`, so "the same settings" is true by construction. A section is a
+small dataclass whose every field has a one-line docstring (`rlstream config show --help`);
+`__post_init__` rejects bad values with a `ConfigError` naming the field and what it accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting that is unknown or has a bad value; the message names the field and the fix."""
+
+
+def _choice(section: str, name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(
+            f"{section}.{name}: {value!r} is not one of {', '.join(map(str, allowed))}"
+        )
+
+
+def _at_least(section: str, name: str, value, low) -> None:
+    if value is not None and value < low:
+        raise ConfigError(f"{section}.{name}: {value!r} must be >= {low}")
+
+
+@dataclass
+class ModelConfig:
+    n_layer: int = 4
+    """transformer layers"""
+    n_head: int = 4
+    """attention heads"""
+    n_embd: int = 128
+    """embedding width"""
+    block_size: int = 32
+    """context length (prompt + completion)"""
+    device: str = "auto"
+    """cpu, cuda or auto (cuda when available)"""
+    backend: str = "auto"
+    """optimisation backend: torch, deepspeed, or auto (deepspeed on CUDA when installed)"""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage"""
+    threads: int | None = None
+    """torch CPU threads per process (default: 2 in-process, 1 per streaming process)"""
+
+    def __post_init__(self):
+        _choice("model", "device", self.device, ("auto", "cpu", "cuda"))
+        _choice("model", "backend", self.backend, ("auto", "torch", "deepspeed"))
+        _choice("model", "zero_stage", self.zero_stage, (0, 1, 2, 3))
+        for name in ("n_layer", "n_head", "n_embd", "block_size"):
+            _at_least("model", name, getattr(self, name), 1)
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"model.n_embd ({self.n_embd}) must be a multiple of model.n_head")
+
+
+@dataclass
+class DataConfig:
+    tasks: str = "add,sub"
+    """task mix: name[:weight][@dmin-dmax], comma separated (add sub mul chain countdown word
+    rg:<reasoning-gym dataset>)"""
+    pool_size: int = 20_000
+    """train prompts in the selection pool"""
+    corpus_docs: int = 100_000
+    """pre-training documents (worked solutions from the train split)"""
+    flaw_rate: float = 0.65
+    """share of flawable documents written with their family's systematic mistake"""
+
+    def __post_init__(self):
+        _at_least("data", "pool_size", self.pool_size, 1)
+        _at_least("data", "corpus_docs", self.corpus_docs, 1)
+        if not 0 <= self.flaw_rate <= 1:
+            raise ConfigError(f"data.flaw_rate: {self.flaw_rate!r} must be in [0, 1]")
+
+
+@dataclass
+class PretrainConfig:
+    batch: int = 128
+    """documents per pre-training step"""
+    lr: float = 2e-3
+    """peak learning rate (AdamW 0.9/0.95, wd 0.1; cosine to a tenth over max_steps)"""
+    max_steps: int = 2000
+    """cap on pre-training steps (the cosine schedule's length); the plateau may stop earlier"""
+    warmup_steps: int = 100
+    """linear warmup steps"""
+    val_interval: int = 200
+    """steps between validation-loss checks"""
+    patience: int = 2
+    """validation checks without improvement before pre-training is declared converged"""
+    min_delta: float = 0.01
+    """smallest validation-loss improvement that counts"""
+
+    def __post_init__(self):
+        for name in ("batch", "max_steps", "val_interval", "patience"):
+            _at_least("pretrain", name, getattr(self, name), 1)
+
+
+@dataclass
+class RLConfig:
+    algo: str = "grpo"
+    """advantage estimator: grpo (group-normalised, no critic) or ppo (value head + GAE)"""
+    steps: int = 200
+    """RL updates"""
+    prompts_per_step: int = 32
+    """prompt groups per update (B)"""
+    group_size: int = 8
+    """completions per prompt (G)"""
+    temperature: float = 1.0
+    """rollout and pass@1 temperature (old logprobs are tempered: keep 1.0)"""
+    max_new_tokens: int = 8
+    """longest completion"""
+    lr: float = 1e-4
+    """RL learning rate, cosine-decayed to lr x min_lr_ratio over `steps`"""
+    min_lr_ratio: float = 0.1
+    """final learning rate as a share of lr"""
+    kl_coef: float = 0.0
+    """weight of the KL(pi || ref) penalty (k3) to the frozen pre-trained reference"""
+    clip: float = 0.2
+    """PPO ratio clip (also bounds the importance weights of stale experience)"""
+    vf_coef: float = 0.5
+    """value-loss weight (ppo)"""
+    ent_coef: float = 0.01
+    """entropy-bonus weight (ppo; grpo uses none)"""
+    gamma: float = 0.99
+    """GAE discount (ppo)"""
+    lam: float = 0.95
+    """GAE lambda (ppo)"""
+    update_epochs: int | None = None
+    """passes over each batch (default: 1 for grpo, 10 for ppo as in the design notes)"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default: 1 for grpo, 4 for ppo)"""
+    max_policy_lag: int = 4
+    """groups produced more than this many versions before the update are dropped (counted)"""
+    max_grad_norm: float = 1.0
+    """gradient clipping norm (pre-training and RL)"""
+    hybrid: bool = False
+    """mix pre-training loss into RL updates; verified rollouts feed the corpus it reads"""
+    hybrid_ratio: float = 0.3
+    """share of hybrid compute spent on pre-training loss (0.3 = RL:LM 7:3)"""
+    lm_coef: float = 1.0
+    """weight of the pre-training loss in hybrid updates"""
+    reward_rules: str | None = None
+    """JSON reward-rules file (default: each task family's verifier, 1 or 0)"""
+    filter_zero_variance: bool = False
+    """drop groups whose rewards are all equal instead of training on them (DAPO's dynamic
+    sampling; dropped groups count as consumed, the streaming scheduler refills them)"""
+    filter_max_rounds: int = 8
+    """the filter's cap: after filter_max_rounds x prompts_per_step dropped groups in one
+    batch, zero-variance groups fill the rest (a pool with nothing to learn must not stall)"""
+
+    def __post_init__(self):
+        _choice("rl", "algo", self.algo, ("grpo", "ppo"))
+        if self.update_epochs is None:
+            self.update_epochs = 10 if self.algo == "ppo" else 1
+        if self.num_minibatches is None:
+            self.num_minibatches = 4 if self.algo == "ppo" else 1
+        for name in ("steps", "prompts_per_step", "group_size", "max_new_tokens"):
+            _at_least("rl", name, getattr(self, name), 1)
+        _at_least("rl", "update_epochs", self.update_epochs, 1)
+        _at_least("rl", "num_minibatches", self.num_minibatches, 1)
+        _at_least("rl", "max_policy_lag", self.max_policy_lag, 0)
+        if self.algo == "grpo" and self.group_size < 2:
+            raise ConfigError("rl.group_size: grpo needs >= 2 (advantages are relative in a group)")
+        if not 0 <= self.hybrid_ratio < 1:
+            raise ConfigError(f"rl.hybrid_ratio: {self.hybrid_ratio!r} must be in [0, 1)")
+        if self.num_minibatches > self.prompts_per_step * self.group_size:
+            raise ConfigError("rl.num_minibatches: more minibatches than rollouts per step")
+        if self.reward_rules is not None and not Path(self.reward_rules).is_file():
+            raise ConfigError(f"rl.reward_rules: no such file {self.reward_rules!r}")
+
+
+@dataclass
+class SelectionConfig:
+    sampler: str = "ppm"
+    """prompt sampler: ppm (predictive, reads the policy), uniform, greso, mopps (for DAPO's
+    dynamic sampling set rl.filter_zero_variance=true with any of them)"""
+    ppm_features: str = "reference"
+    """what the ppm sampler's predictive model reads, comma-separated: reference, confidence,
+    hidden (the policy's view of a prompt) and/or text (char n-grams)"""
+
+    def __post_init__(self):
+        from rlstream.trainers.selection.policy_features import PPM_FEATURES, check_features
+        from rlstream.trainers.selection.registry import loop_samplers
+
+        if self.sampler == "dapo":
+            raise ConfigError(
+                "selection.sampler: for DAPO's dynamic sampling set rl.filter_zero_variance=true "
+                f"with any of {', '.join(loop_samplers())}"
+            )
+        _choice("selection", "sampler", self.sampler, loop_samplers())
+        try:
+            check_features(self.ppm_features)
+        except ValueError:
+            raise ConfigError(
+                f"selection.ppm_features: {self.ppm_features!r}; comma-separated from "
+                f"{', '.join(PPM_FEATURES)}"
+            ) from None
+
+
+@dataclass
+class EvalConfig:
+    prompts: int = 256
+    """held-out prompts evaluated (never trained on)"""
+    samples: int = 8
+    """samples per prompt for pass@1"""
+    interval: int = 25
+    """RL steps between held-out evaluations"""
+
+    def __post_init__(self):
+        _at_least("eval", "prompts", self.prompts, 1)
+        _at_least("eval", "samples", self.samples, 0)
+        _at_least("eval", "interval", self.interval, 1)
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10
+    """steps between checkpoints (streaming: RL steps; consumer offsets are committed right
+    after each)"""
+    keep_last: int = 3
+    """checkpoints retained"""
+
+    def __post_init__(self):
+        _at_least("checkpoint", "every", self.every, 1)
+        _at_least("checkpoint", "keep_last", self.keep_last, 1)
+
+
+@dataclass
+class LoopConfig:
+    """The streaming loop's transport and processes (ignored in-process)."""
+
+    rollout_workers: int = 2
+    """rollout worker processes"""
+    target_in_flight: int = 96
+    """rollout requests in flight (issued, not yet trained on): the scheduler's pacing bound"""
+    publish_every: int = 1
+    """RL steps between policy versions published to the rollout workers"""
+    session_timeout_ms: int = 6000
+    """consumer-group session timeout"""
+
+    def __post_init__(self):
+        _at_least("loop", "rollout_workers", self.rollout_workers, 1)
+        _at_least("loop", "target_in_flight", self.target_in_flight, 1)
+        _at_least("loop", "publish_every", self.publish_every, 1)
+
+
+@dataclass
+class Config:
+    run_id: str = "run"
+    """names the run's rows on every topic, its consumer groups and object-store prefixes"""
+    seed: int = 0
+    """seed of splits, corpus, init and sampling"""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+
+    def group(self, role: str) -> str:
+        """The consumer group (faust app id) of a role in this run."""
+        return f"rlstream-{self.run_id}-{role}"
+
+    def threads(self, streaming: bool) -> int:
+        return self.model.threads or (1 if streaming else 2)
+
+    def write(self, path: Path) -> Path:
+        """The effective config as JSON (what every process of a run reads)."""
+        path.write_text(json.dumps(to_dict(self), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Config:
+        return load_config(path)
+
+
+# --- reading, overriding, showing ------------------------------------------------------------
+
+
+def to_dict(cfg) -> dict:
+    return asdict(cfg)
+
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _sections(cls) -> dict[str, type]:
+    return {n: t for n, t in _hints(cls).items() if is_dataclass(t)}
+
+
+def from_dict(cls, data: dict, where: str = ""):
+    """A `cls` from nested plain data; an unknown key is a ConfigError listing the known ones."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints, known = _hints(cls), {f.name for f in fields(cls)}
+    values = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        if key not in known:
+            raise ConfigError(f"unknown setting {path!r}; known here: {', '.join(sorted(known))}")
+        kind = hints[key]
+        if is_dataclass(kind):
+            values[key] = from_dict(kind, value, path)
+        else:
+            values[key] = _coerce(path, kind, value)
+    return cls(**values)
+
+
+def _coerce(path: str, kind, value):
+    """A value of the field's type (from YAML/JSON or a --set string)."""
+    args = typing.get_args(kind)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), kind) if args else kind
+    if isinstance(value, str) and optional and value.lower() in ("", "none", "null"):
+        return None
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{path}: needs a {base.__name__}, got nothing")
+    try:
+        if base is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if base is int and isinstance(value, float) and value != int(value):
+            raise ValueError
+        if base in (int, float) and isinstance(value, bool):
+            raise ValueError
+        return base(value)
+    except (TypeError, ValueError):
+        article = "an" if base.__name__[0] in "aeiou" else "a"
+        raise ConfigError(f"{path}: {value!r} is not {article} {base.__name__}") from None
+
+
+def leaf_names(cls=Config, where: str = "") -> dict[str, str]:
+    """Every setting's dotted name -> its type name (for errors and `config show`)."""
+    out = {}
+    for f in fields(cls):
+        path = f"{where}.{f.name}" if where else f.name
+        kind = _hints(cls)[f.name]
+        if is_dataclass(kind):
+            out |= leaf_names(kind, path)
+        else:
+            out[path] = getattr(kind, "__name__", str(kind))
+    return out
+
+
+def resolve_name(name: str, cls=Config) -> str:
+    """A dotted setting name; a bare leaf name (`corpus_docs`) is accepted when unambiguous."""
+    names = leaf_names(cls)
+    if name in names:
+        return name
+    matches = [n for n in names if n.rsplit(".", 1)[-1] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ConfigError(f"--set {name}: ambiguous; use one of {', '.join(matches)}")
+    close = [n for n in names if name in n]
+    hint = f" (did you mean {', '.join(close[:4])}?)" if close else " (see `rlstream config show`)"
+    raise ConfigError(f"--set {name}: unknown setting{hint}")
+
+
+def parse_overrides(items: list[str], cls=Config) -> dict:
+    """['rl.lr=3e-5', 'corpus_docs=2000'] -> a nested dict of raw values."""
+    out: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected NAME=VALUE, e.g. --set rl.lr=3e-5")
+        node = out
+        *parents, leaf = resolve_name(key.strip(), cls).split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = raw
+    return out
+
+
+def merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_file(path: str | Path) -> dict:
+    """A YAML (.yaml/.yml) or JSON file's mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: no such file")
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+    except Exception as e:  # noqa: BLE001  (any parse error becomes one line)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(
+            f"--config {path}: not valid {path.suffix[1:] or 'JSON'}: {first}"
+        ) from None
+    return data
+
+
+def nested(dotted: dict) -> dict:
+    """{'rl.steps': 5, 'seed': 1} -> {'rl': {'steps': 5}, 'seed': 1} (None values dropped)."""
+    out: dict = {}
+    for name, value in dotted.items():
+        if value is None:
+            continue
+        node = out
+        *parents, leaf = name.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] = (),
+    options: dict | None = None,
+    cls=Config,
+):
+    """Defaults < the YAML/JSON file < `options` (dotted name -> value, e.g. a command's own
+    flags; None = not given) < `--set` overrides."""
+    data = read_file(path) if path else {}
+    data = merge(data, nested(options or {}))
+    data = merge(data, parse_overrides(list(overrides), cls))
+    return from_dict(cls, data)
+
+
+def with_values(cfg, **dotted) -> Any:
+    """A copy of cfg with dotted settings replaced: with_values(cfg, **{"rl.steps": 4})."""
+    return from_dict(type(cfg), merge(to_dict(cfg), nested(dotted)))
+
+
+def show(cfg) -> str:
+    """The effective config as YAML (the shape `--config` reads)."""
+    import yaml
+
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def describe(cls=Config, where: str = "") -> list[tuple[str, str, str]]:
+    """(dotted name, default, docstring) of every setting, from the dataclasses' docstrings."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    for node, nxt in zip(body, body[1:], strict=False):
+        doc = getattr(nxt, "value", None)
+        if isinstance(node, ast.AnnAssign) and isinstance(doc, ast.Constant):
+            docs[node.target.id] = " ".join(str(doc.value).split())
+    out = []
+    for f in fields(cls):
+        path = f"{where}.{f.name}" if where else f.name
+        kind = _hints(cls)[f.name]
+        if is_dataclass(kind):
+            out += describe(kind, path)
+        else:
+            default = f.default if f.default is not MISSING else f.default_factory()
+            out.append((path, repr(default), docs.get(f.name, "")))
+    return out
+
+
+__all__ = [
+    "CheckpointConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "EvalConfig",
+    "LoopConfig",
+    "ModelConfig",
+    "PretrainConfig",
+    "RLConfig",
+    "SelectionConfig",
+    "describe",
+    "from_dict",
+    "load_config",
+    "nested",
+    "parse_overrides",
+    "show",
+    "to_dict",
+    "with_values",
+]

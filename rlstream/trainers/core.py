@@ -1,0 +1,198 @@
+"""The training core every loop calls: one train state, one pre-training and one RL update.
+
+    state = TrainState(cfg)                          # model, optimizer, schedules, RNGs, counters
+    m = pretrain_step(state, corpus, val)            # one LM update (+ validation, plateau)
+    state.start_rl()                                 # freeze the reference, RL schedule from here
+    m = rl_update(state, experience, lm_batch=None)  # one GRPO/PPO update on groups of rollouts
+
+The in-process loop (`trainers/local.py`), the stream trainer (`streams/trainer.py`) and the
+selection benchmark (`trainers/selection/loop.py`) differ only in where their data comes from,
+when they evaluate and what they log. Everything an update decides is decided here: the
+learning rate of each step, which groups are too stale to train on (more than
+`rl.max_policy_lag` versions behind), the importance correction of the rest (PPO ratios against
+the behaviour policy's logprobs, clipped), and how many groups were zero-variance.
+`state_dict()` / `load_state_dict()` hold all of it, so a resumed loop repeats an
+uninterrupted one exactly on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from rlstream.config import Config
+from rlstream.trainers.backend import CosineSchedule, make_adamw, make_backend
+from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.policy import Policy
+from rlstream.trainers.pretrain import Corpus, Plateau, eval_loss, lm_loss
+from rlstream.trainers.rl import Experience, Learner
+
+VAL_BATCHES, VAL_BATCH_SIZE = 8, 256  # the fixed validation set the plateau is judged on
+SAMPLE_SEED_OFFSET = 7  # rollouts draw from their own generator: seed + 7
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def zero_variance_groups(exp: Experience) -> int:
+    """Groups whose rewards are all equal: every advantage is zero, they teach nothing."""
+    rewards: dict = {}
+    for g, r in zip(exp.group_ids, exp.rewards, strict=True):
+        rewards.setdefault(g, set()).add(r)
+    return sum(len(v) == 1 for v in rewards.values())
+
+
+class TrainState:
+    """Everything an update mutates, and its checkpoint.
+
+    model/backend (optimizer), the pre-training and RL schedules, the plateau detector, the
+    frozen reference and the RL learner once `start_rl` ran (the value head sits on the model
+    when rl.algo is ppo), the data and sampling generators, and the step counters.
+    """
+
+    def __init__(self, cfg: Config, threads: int | None = None, policy: Policy | None = None):
+        self.cfg = cfg
+        m, p, rl = cfg.model, cfg.pretrain, cfg.rl
+        if threads:
+            torch.set_num_threads(threads)
+        torch.manual_seed(cfg.seed)
+        self.device = resolve_device(m.device)
+        if policy is None:
+            self.tok = CharTokenizer()
+            gpt = GPTConfig(self.tok.vocab_size, m.block_size, m.n_layer, m.n_head, m.n_embd,
+                            value_head=rl.algo == "ppo")  # fmt: skip
+            model = GPT(gpt).to(self.device)
+        else:
+            self.tok, model = policy.tok, policy.model.to(self.device)
+        lr = p.lr if policy is None else rl.lr
+        self.backend = make_backend(
+            model, make_adamw(model, lr), m.backend, rl.max_grad_norm, m.zero_stage
+        )
+        self.model = self.backend.module
+        self.pretrain_schedule = CosineSchedule(p.lr, p.warmup_steps, p.max_steps, p.lr / 10)
+        self.rl_schedule = CosineSchedule(rl.lr, 0, rl.steps, rl.lr * rl.min_lr_ratio)
+        self.plateau = Plateau(p.patience, p.min_delta)
+        self.data_gen = torch.Generator().manual_seed(cfg.seed)
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(
+            cfg.seed + SAMPLE_SEED_OFFSET
+        )
+        self.phase = "pretrain"
+        self.pre_step = self.rl_step = 0
+        self.rollouts = self.stale_groups = self.zero_variance_groups = self.trained_groups = 0
+        self.ref: GPT | None = None
+        self.learner: Learner | None = None
+
+    @property
+    def step(self) -> int:
+        return self.pre_step + self.rl_step
+
+    @property
+    def version(self) -> int:
+        """The policy version: RL updates applied so far."""
+        return self.learner.version if self.learner else 0
+
+    def policy(self) -> Policy:
+        return Policy(self.model, self.tok, self.version)
+
+    def start_rl(self, ref_state: dict | None = None) -> None:
+        """Freeze a copy of the current policy as the KL reference and build the learner."""
+        self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if ref_state is not None:
+            self.ref.load_state_dict(ref_state)
+        self.learner = Learner(self.backend, self.ref, self.cfg.rl, self.tok.pad_id, self.cfg.seed)
+        self.backend.set_lr(self.cfg.rl.lr)
+        self.phase = "rl"
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.backend.optimizer_state(),
+            "plateau": self.plateau.state_dict(),
+            "data_gen": self.data_gen.get_state(),
+            "sample_gen": self.sample_gen.get_state(),
+            "phase": self.phase,
+            "counters": {
+                k: getattr(self, k)
+                for k in (
+                    "pre_step",
+                    "rl_step",
+                    "rollouts",
+                    "stale_groups",
+                    "zero_variance_groups",
+                    "trained_groups",
+                )
+            },  # fmt: skip
+            "ref": self.ref.state_dict() if self.ref else None,
+            "learner": self.learner.state_dict() if self.learner else None,
+        }
+
+    def load_state_dict(self, s: dict) -> None:
+        self.model.load_state_dict(s["model"])
+        self.backend.load_optimizer_state(s["optimizer"])
+        self.plateau.load_state_dict(s["plateau"])
+        self.data_gen.set_state(s["data_gen"])
+        self.sample_gen.set_state(s["sample_gen"])
+        self.phase = s["phase"]
+        for k, v in s["counters"].items():
+            setattr(self, k, v)
+        if s["ref"] is not None:
+            self.start_rl(ref_state=s["ref"])
+            self.learner.load_state_dict(s["learner"])
+            self.phase = s["phase"]
+
+
+def pretrain_update(state: TrainState, batch: tuple[torch.Tensor, torch.Tensor]) -> dict:
+    """One next-token update on (x, y) at the schedule's learning rate for this step."""
+    lr = state.pretrain_schedule(state.pre_step)
+    state.backend.set_lr(lr)
+    x, y = (t.to(state.device) for t in batch)
+    loss = lm_loss(state.backend.model, x, y, state.tok.pad_id)
+    state.backend.step(loss)
+    state.pre_step += 1
+    return {"phase": "pretrain", "step": state.step, "loss": float(loss.detach()), "lr": lr}
+
+
+def pretrain_step(state: TrainState, corpus: Corpus, val: Corpus) -> dict:
+    """A batch from the corpus, one update, and every `val_interval` steps the validation loss;
+    on a plateau (or at the step cap) the phase becomes 'handoff'."""
+    p = state.cfg.pretrain
+    row = pretrain_update(state, corpus.batch(p.batch, state.data_gen))
+    if state.pre_step % p.val_interval == 0 or state.pre_step >= p.max_steps:
+        row["val_loss"] = eval_loss(state.model, val, VAL_BATCHES, VAL_BATCH_SIZE, state.cfg.seed)
+        if state.plateau.update(row["val_loss"]) or state.pre_step >= p.max_steps:
+            state.phase = "handoff"
+    return row
+
+
+def rl_update(state: TrainState, exp: Experience, lm_batch: tuple | None = None) -> dict:
+    """One RL update (rl.update_epochs x rl.num_minibatches steps) on groups of experience.
+
+    Groups more than rl.max_policy_lag versions behind are dropped and counted; the rest are
+    importance-corrected by the clipped ratio to their behaviour logprobs. `lm_batch` (x, y)
+    mixes in the pre-training loss (hybrid mode). Returns the update's metrics, including
+    `trained_group_ids` (what was trained on), `dropped_groups` and `zero_variance_groups`.
+    """
+    state.backend.set_lr(state.rl_schedule(state.rl_step))
+    fresh, stale = state.learner.split_stale(exp)
+    metrics = state.learner.step(fresh, lm_batch)
+    trained = list(dict.fromkeys(fresh.group_ids))
+    zero = zero_variance_groups(exp)
+    state.stale_groups += stale
+    state.zero_variance_groups += zero
+    if trained:
+        state.rl_step += 1
+        state.trained_groups += len(trained)
+        state.rollouts += len(fresh)
+    return metrics | {
+        "phase": "rl",
+        "step": state.step,
+        "rl_step": state.rl_step,
+        "dropped_groups": stale,
+        "zero_variance_groups": zero,
+        "zero_var_groups": zero / max(1, len(dict.fromkeys(exp.group_ids))),
+        "trained_group_ids": trained,
+    }
