@@ -161,9 +161,8 @@ def config_show(
 ) -> None:
     """Print the effective config (defaults < --config file < --set) as YAML, the shape
     `--config` reads; --describe lists every setting with its default and meaning."""
-    from rlstream.config import Config
+    from rlstream.config import Config, show
     from rlstream.config import describe as describe_settings
-    from rlstream.config import show
 
     if describe:
         table = Table("setting", "default", "meaning", title="rlstream settings")

@@ -160,10 +160,6 @@ class RLConfig:
 
     def __post_init__(self):
         _choice("rl", "algo", self.algo, ("grpo", "ppo"))
-        if self.update_epochs is None:
-            self.update_epochs = 10 if self.algo == "ppo" else 1
-        if self.num_minibatches is None:
-            self.num_minibatches = 4 if self.algo == "ppo" else 1
         for name in ("steps", "prompts_per_step", "group_size", "max_new_tokens"):
             _at_least("rl", name, getattr(self, name), 1)
         _at_least("rl", "update_epochs", self.update_epochs, 1)
@@ -173,10 +169,20 @@ class RLConfig:
             raise ConfigError("rl.group_size: grpo needs >= 2 (advantages are relative in a group)")
         if not 0 <= self.hybrid_ratio < 1:
             raise ConfigError(f"rl.hybrid_ratio: {self.hybrid_ratio!r} must be in [0, 1)")
-        if self.num_minibatches > self.prompts_per_step * self.group_size:
+        if self.minibatches > self.prompts_per_step * self.group_size:
             raise ConfigError("rl.num_minibatches: more minibatches than rollouts per step")
         if self.reward_rules is not None and not Path(self.reward_rules).is_file():
             raise ConfigError(f"rl.reward_rules: no such file {self.reward_rules!r}")
+
+    @property
+    def epochs(self) -> int:
+        """update_epochs, or the algorithm's default (left unset, it follows rl.algo)."""
+        return self.update_epochs or (10 if self.algo == "ppo" else 1)
+
+    @property
+    def minibatches(self) -> int:
+        """num_minibatches, or the algorithm's default."""
+        return self.num_minibatches or (4 if self.algo == "ppo" else 1)
 
 
 @dataclass

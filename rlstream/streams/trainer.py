@@ -43,12 +43,14 @@ from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.evaluate import EVAL_SEED_OFFSET, evaluate
-from rlstream.trainers.local import VAL_DOCS
-from rlstream.trainers.pretrain import Corpus, build_corpus
+from rlstream.trainers.pretrain import Corpus, validation_corpus
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
 CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
+POLL_MS = 100  # experience fetch wait while a batch fills
+DEMAND_REFRESH_S = 2.0  # re-announce the groups consumed so the scheduler's pacing stays fresh
+REFILL_SIGNAL_S = 0.2  # after filtered groups, tell the scheduler at most this often
 
 
 async def load_corpus(endpoints: Endpoints, run_id: str) -> dict[str, str]:
@@ -92,8 +94,7 @@ class StreamTrainer:
         self.ckpts = PrefixStore(self.store, checkpoint_prefix(cfg.run_id))
         self.state = TrainState(cfg, threads=cfg.threads(streaming=True))
         mix = TaskMix.parse(cfg.data.tasks)
-        val = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed)
-        self.val = Corpus(val, self.state.tok, cfg.model.block_size)
+        self.val = validation_corpus(cfg, self.state.tok)
         self.eval_set = sample_prompts(mix, cfg.eval.prompts, "heldout", cfg.seed, strict=False)
         self.corpus: Corpus | None = None
         self.doc_ids: set[str] = set()  # documents in the corpus (hybrid: new ones join it)
@@ -314,7 +315,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
         while st.rl_step < cfg.rl.steps:
             waited = time.monotonic()
             while len(trainer.ready) < cfg.rl.prompts_per_step:
-                for records in (await c.getmany(timeout_ms=100)).values():
+                for records in (await c.getmany(timeout_ms=POLL_MS)).values():
                     for record in records:
                         try:
                             rows = decode(record.value, record.headers).to_pylist()
@@ -323,11 +324,11 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                             continue
                         trainer.take([r for r in rows if r["run_id"] == cfg.run_id])
                 refill = counters["filtered_groups"] > filtered_announced
-                if refill and time.monotonic() - last_signal > 0.2:  # filtered: refill them now
+                if refill and time.monotonic() - last_signal > REFILL_SIGNAL_S:
                     filtered_announced = counters["filtered_groups"]
                     await trainer.announce(producer, upload=False)
                     last_signal = time.monotonic()
-                if time.monotonic() - last_signal > 2.0:  # keep the scheduler's demand fresh
+                if time.monotonic() - last_signal > DEMAND_REFRESH_S:
                     await trainer.announce(producer, upload=False)
                     last_signal = time.monotonic()
             counters["idle_s"] += time.monotonic() - waited

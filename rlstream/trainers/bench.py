@@ -29,15 +29,15 @@ def run_bench(
     repeats: int = 5, threads: int = 2, device: str = "auto", batch_size: int = 64
 ) -> dict:
     """Throughput numbers as a dict (tokens/s median/min/max per measurement)."""
+    from rlstream.config import ModelConfig
     from rlstream.trainers.backend import make_adamw
-    from rlstream.trainers.local import Args
     from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
     from rlstream.trainers.pretrain import lm_loss
     from rlstream.trainers.sampling import sample
 
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    a, tok = Args(), CharTokenizer()
+    a, tok = ModelConfig(), CharTokenizer()
     cfg = GPTConfig(tok.vocab_size, a.block_size, a.n_layer, a.n_head, a.n_embd)
     model = GPT(cfg).to(device)
     opt = make_adamw(model, 1e-3)

@@ -169,7 +169,7 @@ def pretrain_step(state: TrainState, corpus: Corpus, val: Corpus) -> dict:
 
 
 def rl_update(state: TrainState, exp: Experience, lm_batch: tuple | None = None) -> dict:
-    """One RL update (rl.update_epochs x rl.num_minibatches steps) on groups of experience.
+    """One RL update (rl.epochs x rl.minibatches steps) on groups of experience.
 
     Groups more than rl.max_policy_lag versions behind are dropped and counted; the rest are
     importance-corrected by the clipped ratio to their behaviour logprobs. `lm_batch` (x, y)

@@ -10,28 +10,17 @@ with task "all" or the family) and the selection benchmark all read these keys.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 
 import torch
 
+from rlstream.registry import Registry
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.sampling import sample
 
-EVALUATORS: dict[str, Callable] = {}
+# fn(model, tok, prompts, max_new_tokens, k, temperature, generator) -> per-prompt scores
+EVALUATORS = Registry("evaluator")
+register_evaluator = EVALUATORS.register
 EVAL_SEED_OFFSET = 123  # evaluation samples draw from their own generator: seed + 123
-
-
-def register_evaluator(name: str):
-    """Add `fn(model, tok, prompts, max_new_tokens, k, temperature, generator) -> per-prompt
-    scores in [0, 1]` under `name`; a duplicate name is an error."""
-
-    def add(fn: Callable) -> Callable:
-        if name in EVALUATORS:
-            raise ValueError(f"evaluator {name!r} is already registered")
-        EVALUATORS[name] = fn
-        return fn
-
-    return add
 
 
 @register_evaluator("greedy")

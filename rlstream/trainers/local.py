@@ -25,12 +25,10 @@ from rlstream.trainers.collect import collect
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.evaluate import EVAL_SEED_OFFSET, evaluate
-from rlstream.trainers.pretrain import Corpus, build_corpus
+from rlstream.trainers.pretrain import generated_corpus, validation_corpus
 from rlstream.trainers.report import bar_info, make_summary, progress_bars, write_outputs
 from rlstream.trainers.rewards import make_reward_fn
 from rlstream.trainers.selection.registry import build_sampler, policy_moved
-
-VAL_DOCS = 4096  # validation documents (a separate draw of the corpus, seed + 1)
 
 
 @dataclass
@@ -56,11 +54,8 @@ class Run:
         self.cfg = c = cfg
         self.state = TrainState(cfg, threads=cfg.threads(streaming=False))
         self.mix = TaskMix.parse(c.data.tasks)
-        block = c.model.block_size
-        docs = build_corpus(self.mix, c.data.corpus_docs, c.data.flaw_rate, c.seed, c.seed)
-        self.corpus = Corpus(docs, self.state.tok, block)
-        val = build_corpus(self.mix, VAL_DOCS, c.data.flaw_rate, c.seed + 1, c.seed)
-        self.val = Corpus(val, self.state.tok, block)
+        self.corpus = generated_corpus(c, self.state.tok)
+        self.val = validation_corpus(c, self.state.tok)
         self.added_docs: list[str] = []
         self.eval_set = sample_prompts(self.mix, c.eval.prompts, "heldout", c.seed, strict=False)
         if sampler is None:

@@ -40,6 +40,23 @@ def build_corpus(
     return docs
 
 
+VAL_DOCS = 4096  # validation documents: a separate draw of the generated corpus (seed + 1)
+
+
+def validation_corpus(cfg, tok: CharTokenizer) -> Corpus:
+    """The fixed validation documents the plateau detector is judged on (cfg: a Config)."""
+    mix = TaskMix.parse(cfg.data.tasks)
+    docs = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed)
+    return Corpus(docs, tok, cfg.model.block_size)
+
+
+def generated_corpus(cfg, tok: CharTokenizer) -> Corpus:
+    """cfg.data.corpus_docs worked documents from the task mix's train split."""
+    mix = TaskMix.parse(cfg.data.tasks)
+    docs = build_corpus(mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed)
+    return Corpus(docs, tok, cfg.model.block_size)
+
+
 class Corpus:
     """Documents as rows of one right-padded tensor (grown by doubling); `extend` appends."""
 

@@ -9,12 +9,12 @@ Settings are `rlstream.config.RLConfig`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from rlstream.config import RLConfig
+from rlstream.registry import Registry
 from rlstream.trainers.algos import (
     compute_gae,
     compute_grpo_advantages,
@@ -80,20 +80,8 @@ def collate(exp: Experience, pad_id: int) -> dict[str, torch.Tensor]:
     return {"tokens": tokens, "old_logp": old, "mask": mask, "rewards": torch.tensor(exp.rewards)}
 
 
-ADVANTAGES: dict[str, Callable] = {}
-
-
-def register_advantage(name: str):
-    """Add an advantage estimator `fn(batch, values, cfg) -> (advantages, returns)`; a
-    duplicate name is an error."""
-
-    def add(fn: Callable) -> Callable:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGES[name] = fn
-        return fn
-
-    return add
+ADVANTAGES = Registry("advantage estimator")  # fn(batch, values, cfg) -> (adv, returns)
+register_advantage = ADVANTAGES.register
 
 
 @register_advantage("grpo")
@@ -158,16 +146,16 @@ class Learner:
         adv, returns = ADVANTAGES[a.algo](b, values, a)
         N = len(exp)
         sums: dict[str, float] = {}
-        for _ in range(a.update_epochs):
+        for _ in range(a.epochs):
             order = torch.arange(N)
-            if a.num_minibatches > 1:
+            if a.minibatches > 1:
                 order = torch.randperm(N, generator=self.generator)
-            for mb in order.to(device).chunk(a.num_minibatches):
+            for mb in order.to(device).chunk(a.minibatches):
                 m = self._minibatch_loss(b, mb, adv, returns, ref_logp, lm_batch)
                 m["grad_norm"] = self.backend.step(m.pop("_loss"))
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
-        n_updates = a.update_epochs * a.num_minibatches
+        n_updates = a.epochs * a.minibatches
         self.version += 1
         metrics |= {k: v / n_updates for k, v in sums.items()}
         metrics["reward"] = float(b["rewards"].mean())

@@ -9,12 +9,23 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from rlstream.trainers.selection.bench import BenchArgs, run_bench, summarize_saved
-from rlstream.trainers.selection.loop import LoopArgs
-from rlstream.trainers.selection.policies import PretrainConfig
+from rlstream.config import with_values
+from rlstream.trainers.selection.bench import BenchArgs, bench_config, run_bench, summarize_saved
+from rlstream.trainers.selection.loop import ArmArgs
 
-TINY_PRE = PretrainConfig(max_steps=20, corpus_docs=2000, n_layer=1, n_head=2, n_embd=32)
-TINY_LOOP = LoopArgs(prompts_per_step=8, group_size=4, eval_every=1, pass1_every=2)
+TINY_TRAIN = with_values(
+    bench_config(),
+    **{
+        "pretrain.max_steps": 20,
+        "data.corpus_docs": 2000,
+        "model.n_layer": 1,
+        "model.n_head": 2,
+        "model.n_embd": 32,
+        "rl.prompts_per_step": 8,
+        "rl.group_size": 4,
+    },
+)
+TINY_ARM = ArmArgs(eval_every=1, pass1_every=2)
 HEADLINE = (
     "step_speedup_vs_uniform",
     "rollout_reduction_vs_dapo",
@@ -36,8 +47,8 @@ def tiny(out, cache_dir, **kw) -> BenchArgs:
         pool_size=200,
         eval_prompts=32,
         late_warmup=2,
-        pretrain=TINY_PRE,
-        loop=TINY_LOOP,
+        train=TINY_TRAIN,
+        arm=TINY_ARM,
         cache_dir=str(cache_dir),
         out=str(out),
         summary=str(out / "summary.json"),
@@ -58,6 +69,10 @@ def test_bench_records_invariants(tmp_path, cache_dir):
         assert all(r["wasted"] <= r["rollouts"] for r in rows)
         assert all(r["trained_rollouts"] <= r["rollouts"] for r in rows)
         assert all(r["greedy"] is not None for r in rows)  # eval_every=1
+        for r in rows:  # per-family accuracy is one dict column, not greedy_<family> keys
+            assert set(r["greedy_by_task"]) == {"add", "sub"}
+            assert all(0 <= v <= 1 for v in r["greedy_by_task"].values())
+            assert not any(k.startswith("greedy_") and k != "greedy_by_task" for k in r)
     for r in (r for r in t if r["sampler"] == "dapo" and r["step"] > 0):
         assert r["trained_zero_var_share"] == 0.0  # DAPO never trains a zero-variance group
     for r in (r for r in t if r["sampler"] == "uniform"):
@@ -68,6 +83,7 @@ def test_bench_records_invariants(tmp_path, cache_dir):
     assert pool["samplers"]["ppm"]["ppm_calibration_prompts"] > 0
     assert "compute_saved" in pool["samplers"]["ppm"]["allocation"]
     assert pool["samplers"]["ppm"]["score_records"] > 0
+    assert set(pool["samplers"]["ppm"]["final_by_family"]) == {"add", "sub"}
     q = pool["samplers"]["ppm"]["int8_scoring"]  # INT8 scoring's cost, on the same prompts
     assert 0 <= q["mean_abs_change"]["mean"] <= q["max_abs_change"]["mean"] < 0.1
     assert set(pool["floors"]) >= {"wasted_share_vs_uniform", "ppm_pearson_r"}

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from rlstream.config import Config, ConfigError, load_config
 from rlstream.trainers.envs.base import make_prompt
 from rlstream.trainers.model import GPTConfig
 from rlstream.trainers.policy import build_policy
 from rlstream.trainers.selection.bench import BenchArgs
-from rlstream.trainers.selection.loop import LoopArgs, arm_spec
+from rlstream.trainers.selection.loop import arm_spec
 from rlstream.trainers.selection.policy_features import reference_likelihood
 
 
@@ -45,7 +46,7 @@ def test_reference_likelihood_is_the_probability_of_sampling_the_answer():
 
 
 def test_arm_names_pick_the_ppm_featurizers():
-    a = LoopArgs(ppm_features="reference")
+    a = load_config(None, ["selection.ppm_features=reference"])
     assert arm_spec("ppm", a) == ("ppm", ["reference"])
     assert arm_spec("ppm:confidence,text", a) == ("ppm", ["confidence", "text"])
     assert arm_spec("uniform", a)[0] == "uniform"
@@ -53,5 +54,17 @@ def test_arm_names_pick_the_ppm_featurizers():
         arm_spec("greso:text", a)
     with pytest.raises(ValueError, match="ppm_features"):
         arm_spec("ppm:pixels", a)
+    assert arm_spec("ppm", load_config(None, ["ppm_features=hidden,text"])) == (
+        "ppm",
+        ["hidden", "text"],
+    )  # a plain `ppm` takes the config's featurizers
     with pytest.raises(ValueError, match="unknown 'gps'"):
         BenchArgs(samplers="uniform,gps")
+    with pytest.raises(ConfigError, match="selection.ppm_features"):
+        load_config(None, ["selection.ppm_features=pixels"])
+
+
+def test_bench_args_write_steps_and_task_into_the_shared_config():
+    b = BenchArgs(samplers="uniform,ppm", steps=7, task="add")
+    assert b.train.rl.steps == 7 and b.train.data.tasks == "add"
+    assert b.train.pretrain.max_steps == 1000 and isinstance(b.train, Config)

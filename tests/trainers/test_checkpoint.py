@@ -41,24 +41,26 @@ TINY = [
     "--no-progress",
     "--backend",
     "torch",
+    "--sampler",
+    "uniform",
     "--set",
-    "corpus_docs=3000",
+    "data.corpus_docs=3000",
     "--set",
-    "val_interval=10",
+    "pretrain.val_interval=10",
     "--set",
-    "eval_prompts=32",
+    "eval.prompts=32",
     "--set",
-    "pool_size=300",
+    "data.pool_size=300",
     "--set",
-    "eval_interval=10",
+    "eval.interval=10",
     "--set",
-    "prompts_per_step=8",
+    "rl.prompts_per_step=8",
     "--set",
-    "n_layer=2",
+    "model.n_layer=2",
     "--set",
-    "n_embd=64",
+    "model.n_embd=64",
     "--set",
-    "warmup_steps=5",
+    "warmup_steps=5",  # a bare leaf name resolves to pretrain.warmup_steps
 ]
 
 
@@ -88,7 +90,7 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     subprocess.run(_cmd(full), check=True, timeout=240)
 
     part, ck = tmp_path / "part", tmp_path / "part" / "ck"
-    cmd = _cmd(part, "--checkpoint-dir", str(ck), "--checkpoint-every", "5")
+    cmd = _cmd(part, "--checkpoint-dir", str(ck), "--set", "checkpoint.every=5")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     target = ck / "step-00000035.pt"  # 30 pre-training steps + 5 RL steps
     deadline = time.time() + 200
@@ -116,35 +118,39 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
 
 
 def test_resume_from_a_pretraining_checkpoint_in_process():
+    from rlstream.config import load_config
     from rlstream.trainers.checkpoint import MemoryStore
-    from rlstream.trainers.local import Args, train_local
+    from rlstream.trainers.local import LocalOptions, train_local
 
-    kw = dict(
-        tasks="add@1-2",
-        corpus_docs=1000,
-        pretrain_max_steps=12,
-        val_interval=4,
-        warmup_steps=2,
-        rl_steps=4,
-        eval_interval=2,
-        eval_prompts=8,
-        eval_samples=2,
-        prompts_per_step=4,
-        group_size=2,
-        n_layer=1,
-        n_embd=32,
-        threads=1,
-        progress=False,
-        backend="torch",
-        checkpoint_every=4,
-        keep_last=10,
+    cfg = load_config(
+        None,
+        [
+            "data.tasks=add@1-2",
+            "data.corpus_docs=1000",
+            "pretrain.max_steps=12",
+            "pretrain.val_interval=4",
+            "pretrain.warmup_steps=2",
+            "rl.steps=4",
+            "eval.interval=2",
+            "eval.prompts=8",
+            "eval.samples=2",
+            "rl.prompts_per_step=4",
+            "rl.group_size=2",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.threads=1",
+            "model.backend=torch",
+            "checkpoint.every=4",
+            "checkpoint.keep_last=10",
+            "selection.sampler=uniform",
+        ],
     )
     full_store = MemoryStore()
-    full = train_local(Args(**kw), store=full_store)
+    full = train_local(cfg, LocalOptions(progress=False), store=full_store)
     assert full_store.list()[0] == "step-00000004.pt"
     partial = MemoryStore()  # as if the run died right after its step-8 checkpoint
     partial.save_bytes("step-00000008.pt", full_store.load_bytes("step-00000008.pt"))
-    resumed = train_local(Args(**kw, resume=True), store=partial)
+    resumed = train_local(cfg, LocalOptions(resume=True, progress=False), store=partial)
     for key in ("pretrain_accuracy", "final_accuracy", "final_pass1", "rollouts"):
         assert full[key] == resumed[key], key
     assert partial.list() == full_store.list()[1:]  # every checkpoint from step 8 on

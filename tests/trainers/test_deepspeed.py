@@ -49,27 +49,36 @@ def test_zero2_cpu_smoke():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_local_loop_on_deepspeed_checkpoints_and_resumes(tmp_path, algo):
-    from rlstream.trainers.local import Args, train_local
+    from rlstream.config import load_config
+    from rlstream.trainers.local import LocalOptions, train_local
 
-    kw = dict(
-        tasks="add@1",
-        algo=algo,
-        corpus_docs=500,
-        pretrain_max_steps=6,
-        val_interval=3,
-        warmup_steps=2,
-        eval_interval=3,
-        eval_prompts=8,
-        eval_samples=2,
-        prompts_per_step=2,
-        group_size=2,
-        n_layer=1,
-        n_embd=32,
-        threads=1,
-        progress=False,
-        backend="deepspeed",
-        checkpoint_dir=str(tmp_path),
-        checkpoint_every=3,
+    settings = [
+        "data.tasks=add@1",
+        f"rl.algo={algo}",
+        "data.corpus_docs=500",
+        "pretrain.max_steps=6",
+        "pretrain.val_interval=3",
+        "pretrain.warmup_steps=2",
+        "eval.interval=3",
+        "eval.prompts=8",
+        "eval.samples=2",
+        "rl.prompts_per_step=2",
+        "rl.group_size=2",
+        "model.n_layer=1",
+        "model.n_embd=32",
+        "model.threads=1",
+        "model.backend=deepspeed",
+        "checkpoint.every=3",
+        "selection.sampler=uniform",
+    ]
+    ck = str(tmp_path)
+    s = train_local(
+        load_config(None, [*settings, "rl.steps=3"]),
+        LocalOptions(checkpoint_dir=ck, progress=False),
     )
-    assert train_local(Args(rl_steps=3, **kw))["rl_steps"] == 3
-    assert train_local(Args(rl_steps=5, resume=True, **kw))["rl_steps"] == 5
+    assert s["rl_steps"] == 3
+    s = train_local(
+        load_config(None, [*settings, "rl.steps=5"]),
+        LocalOptions(checkpoint_dir=ck, resume=True, progress=False),
+    )
+    assert s["rl_steps"] == 5

@@ -33,19 +33,21 @@ def test_kv_cache_sampling_equals_no_cache_on_cuda():
 
 @pytest.mark.timeout(600)
 def test_local_loop_on_cuda_learns(tmp_path):
-    from rlstream.trainers.local import Args, train_local
+    from rlstream.config import load_config
+    from rlstream.trainers.local import LocalOptions, train_local
 
-    s = train_local(
-        Args(
-            tasks="add@2,sub@2",
-            pretrain_max_steps=1000,
-            val_interval=100,
-            rl_steps=120,
-            eval_interval=40,
-            progress=False,
-            out_dir=str(tmp_path),
-        )
+    cfg = load_config(
+        None,
+        [
+            "data.tasks=add@2,sub@2",
+            "pretrain.max_steps=1000",
+            "pretrain.val_interval=100",
+            "rl.steps=120",
+            "eval.interval=40",
+            "selection.sampler=uniform",  # the threshold below was set with uniform selection
+        ],
     )
+    s = train_local(cfg, LocalOptions(out_dir=str(tmp_path), progress=False))
     print(s)
     assert s["final_accuracy"] - s["pretrain_accuracy"] >= 0.25
 

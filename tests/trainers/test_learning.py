@@ -2,26 +2,28 @@
 
 import pytest
 
-from rlstream.trainers.local import Args, train_local
+from rlstream.config import load_config
+from rlstream.trainers.local import LocalOptions, train_local
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(480)  # ~1-2 min alone; the 2 cores may be shared
 def test_rl_improves_held_out_greedy_and_pass1(tmp_path):
-    s = train_local(
-        Args(
-            tasks="add@2,sub@2",  # two-digit add/sub, zero-padded, digit-reversed answers
-            flaw_rate=0.65,  # dropped carries / forgotten borrows in 65% of those lines
-            n_layer=3,  # ~0.35M params: 2.5x faster than the default model, learns the same
-            n_embd=96,
-            pretrain_max_steps=1000,
-            val_interval=100,
-            rl_steps=120,
-            eval_interval=50,
-            out_dir=str(tmp_path),
-            progress=False,
-        )
+    cfg = load_config(
+        None,
+        [
+            "data.tasks=add@2,sub@2",  # two-digit add/sub, zero-padded, digit-reversed answers
+            "data.flaw_rate=0.65",  # dropped carries / forgotten borrows in 65% of those lines
+            "model.n_layer=3",  # ~0.35M params: 2.5x faster than the default model, learns the same
+            "model.n_embd=96",
+            "pretrain.max_steps=1000",
+            "pretrain.val_interval=100",
+            "rl.steps=120",
+            "eval.interval=50",
+            "selection.sampler=uniform",  # the thresholds below were set with uniform selection
+        ],
     )
+    s = train_local(cfg, LocalOptions(out_dir=str(tmp_path), progress=False))
     pre, final = s["pretrain_accuracy"], s["final_accuracy"]
     pre1, final1 = s["pretrain_pass1"], s["final_pass1"]
     print(

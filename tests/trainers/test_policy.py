@@ -2,13 +2,14 @@
 
 import torch
 
+from rlstream.config import load_config
 from rlstream.trainers.checkpoint import MemoryStore
+from rlstream.trainers.core import TrainState, rl_update
 from rlstream.trainers.envs import TaskMix, sample_prompts
-from rlstream.trainers.local import Args, train_local
+from rlstream.trainers.local import LocalOptions, train_local
 from rlstream.trainers.model import GPTConfig
 from rlstream.trainers.policy import (
     build_policy,
-    make_learner,
     policy_from_bytes,
     policy_to_bytes,
     rollout,
@@ -16,8 +17,7 @@ from rlstream.trainers.policy import (
     to_experience,
 )
 from rlstream.trainers.rewards import build_reward
-from rlstream.trainers.rl import RLArgs
-from rlstream.trainers.samplers import UniformSampler
+from rlstream.trainers.selection.base import UniformSelection
 
 
 def test_rollout_score_update_and_publish():
@@ -32,10 +32,15 @@ def test_rollout_score_update_and_publish():
     rule = build_reward({"rules": [{"type": "length_penalty", "max_chars": 0, "per_char": 1.0}]})
     assert score(prompts, s, rule)[0] == [-float(len(t)) for t in s.texts]
     exp = to_experience(prompts, s, [float(len(t) % 2) for t in s.texts], policy.version)
-    learner = make_learner(policy, RLArgs(lr=1e-3), backend="torch")
+    state = TrainState(load_config(None, ["rl.lr=1e-3", "model.backend=torch"]), policy=policy)
+    state.start_rl()
+    assert state.model is policy.model and state.version == 0
     blob = policy_to_bytes(policy)
-    m = learner.step(exp)
-    assert learner.version == 1 and m["tokens"] == sum(len(t) for t in s.tokens)
+    m = rl_update(state, exp)
+    assert state.version == 1 and m["tokens"] == sum(len(t) for t in s.tokens)
+    assert m["rl_step"] == state.rl_step == 1 and m["dropped_groups"] == 0
+    assert m["trained_group_ids"] == list(dict.fromkeys(exp.group_ids)) and state.rollouts == 12
+    assert state.policy().version == 1 and state.policy().model is policy.model
     old = policy_from_bytes(blob)
     assert old.version == 0
     changed = [
@@ -46,35 +51,41 @@ def test_rollout_score_update_and_publish():
 
 
 def test_train_local_with_injected_store_and_sampler():
-    class CountingSampler(UniformSampler):
+    class CountingSampler(UniformSelection):
         calls = 0
 
         def update(self, prompts, rewards):
             CountingSampler.calls += 1
             assert len(rewards) == len(prompts) and all(len(r) == 2 for r in rewards)
+            super().update(prompts, rewards)
 
     pool = sample_prompts(TaskMix.parse("add@1"), 50, "train", seed=0)
     store = MemoryStore()
-    args = Args(
-        tasks="add@1",
-        corpus_docs=500,
-        pretrain_max_steps=6,
-        val_interval=3,
-        warmup_steps=2,
-        rl_steps=3,
-        eval_interval=3,
-        eval_prompts=8,
-        eval_samples=2,
-        prompts_per_step=2,
-        group_size=2,
-        n_layer=1,
-        n_embd=32,
-        threads=1,
-        progress=False,
-        backend="torch",
-        checkpoint_every=3,
-        keep_last=2,
+    cfg = load_config(
+        None,
+        [
+            "data.tasks=add@1",
+            "data.corpus_docs=500",
+            "pretrain.max_steps=6",
+            "pretrain.val_interval=3",
+            "pretrain.warmup_steps=2",
+            "rl.steps=3",
+            "eval.interval=3",
+            "eval.prompts=8",
+            "eval.samples=2",
+            "rl.prompts_per_step=2",
+            "rl.group_size=2",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.threads=1",
+            "model.backend=torch",
+            "checkpoint.every=3",
+            "checkpoint.keep_last=2",
+            "selection.sampler=uniform",
+        ],
     )
-    s = train_local(args, store=store, sampler=CountingSampler(pool, seed=0))
+    s = train_local(
+        cfg, LocalOptions(progress=False), store=store, sampler=CountingSampler(pool, seed=0)
+    )
     assert CountingSampler.calls == 3 and s["rl_steps"] == 3
     assert store.list() == ["step-00000006.pt", "step-00000009.pt"]

@@ -41,13 +41,17 @@ def test_every_topic_in_the_design_is_registered():
     for e in EVENTS:
         assert e.topic == f"rl.{e.name}.v{e.version}"
         assert e.schema.names[:4] == ["event_id", "run_id", "policy_version", "produced_at"]
+    experience = get("experience")
+    assert experience.topic == "rl.experience.v2"  # v2 dropped the unread advantage column
+    assert "advantage" not in experience.schema.names and "reward" in experience.schema.names
 
 
 @pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.topic)
 def test_every_schema_round_trips(event):
     batch = sample_batch(event)
     value, headers = encode(event, batch)
-    assert dict(headers) == {"event": event.name.encode(), "schema_version": b"1"}
+    version = str(event.version).encode()
+    assert dict(headers) == {"event": event.name.encode(), "schema_version": version}
     decoded = decode(value, headers)
     assert decoded.event is event
     assert decoded.batch.equals(batch)

@@ -61,14 +61,16 @@ def test_complete_groups_deduplicates_and_waits_for_all_samples():
     assert [r["sample_idx"] for r in complete["r1"]] == [0, 1, 2]
 
 
-def test_assemble_experience_normalises_rewards_within_the_group():
+def test_assemble_experience_joins_rewards_in_sample_order():
     rows = _rollouts(["ANSWER", "0", "0", "0"])
     exp = assemble_experience(rows[::-1], score_rollouts(rows))
     assert [r["sample_idx"] for r in exp] == [0, 1, 2, 3]
-    assert exp[0]["advantage"] == pytest.approx(1.5, abs=1e-4)
-    assert exp[1]["advantage"] == pytest.approx(-0.5, abs=1e-4)
+    assert [r["reward"] for r in exp] == [1.0, 0.0, 0.0, 0.0]
+    assert [r["correct"] for r in exp] == [True, False, False, False]
+    assert all("advantage" not in r for r in exp)  # advantages are the trainer's (rl.experience.v2)
+    assert {r["policy_version"] for r in exp} == {5} and exp[0]["logprobs"] == [-0.1, -0.2]
     flat = assemble_experience(rows, score_rollouts(_rollouts(["0", "0", "0", "0"])))
-    assert [r["advantage"] for r in flat] == [0.0] * 4
+    assert [r["reward"] for r in flat] == [0.0] * 4
     with pytest.raises(ValueError, match="no reward for samples \\[3\\]"):
         assemble_experience(rows, score_rollouts(rows)[:3])
 

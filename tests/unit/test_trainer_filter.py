@@ -4,8 +4,8 @@ is built but never started, and rows are handed to `take` directly."""
 
 from __future__ import annotations
 
+from rlstream.config import load_config
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.streams.config import LoopConfig
 from rlstream.streams.trainer import StreamTrainer
 
 G, P = 2, 2
@@ -24,12 +24,13 @@ def group(request: str, rewards: list[float]) -> list[dict]:
     ]
 
 
-def trainer(**cfg) -> StreamTrainer:
-    return StreamTrainer(LoopConfig(group_size=G, prompts_per_step=P, **cfg), Endpoints())
+def trainer(*overrides: str) -> StreamTrainer:
+    cfg = load_config(None, [f"rl.group_size={G}", f"rl.prompts_per_step={P}", *overrides])
+    return StreamTrainer(cfg, Endpoints())
 
 
 def test_zero_variance_groups_are_dropped_counted_and_consumed():
-    t = trainer(filter_zero_variance=True)
+    t = trainer("rl.filter_zero_variance=true")
     for i, rewards in enumerate([[1, 1], [0, 1], [0, 0], [1, 0]]):
         t.take(group(f"r{i}", rewards))
     assert [g[0]["request_id"] for g in t.ready] == ["r1", "r3"]  # only informative groups
@@ -50,7 +51,7 @@ def test_without_the_filter_every_complete_group_is_ready():
 
 def test_the_cap_lets_zero_variance_groups_fill_a_batch_the_pool_cannot():
     # cap = 1 round x P = 2 dropped groups per batch; after that they are admitted
-    t = trainer(filter_zero_variance=True, filter_max_rounds=1)
+    t = trainer("rl.filter_zero_variance=true", "rl.filter_max_rounds=1")
     for i in range(5):
         t.take(group(f"r{i}", [0, 0]))
     assert t.counters["filtered_groups"] == 2

@@ -1,9 +1,10 @@
 """Neighbourhood pass rates: how often prompts *similar* to this one were solved.
 
 `neighbour_pass_rate` is the pure part (similarity-weighted, shrunk to a prior). Two indexes
-answer the k-nearest-neighbour query with the same interface: `KnnNeighbourhood` (exact cosine
-in numpy, in memory) and `QdrantNeighbourhood` (qdrant-client; ":memory:" or a local path, or a
-server), which is what the streaming scheduler uses when the pool is large or shared.
+answer the k-nearest-neighbour query with the same interface, registered in `NEIGHBOURHOODS`:
+`knn` (`KnnNeighbourhood`, exact cosine in numpy, in memory) and `qdrant`
+(`QdrantNeighbourhood`, over `connectors.vectors.VectorStore`, the one Qdrant wrapper:
+":memory:", a local path or a server).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 import uuid
 
 import numpy as np
+
+from rlstream.registry import Registry
+
+NEIGHBOURHOODS = Registry("neighbourhood index")  # name -> class with add() and query()
 
 
 def neighbour_pass_rate(
@@ -41,6 +46,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-8)
 
 
+@NEIGHBOURHOODS.register("knn")
 class KnnNeighbourhood:
     """Exact cosine k-NN over the prompts rolled out so far, with their success counters."""
 
@@ -99,8 +105,10 @@ class KnnNeighbourhood:
         self.successes, self.attempts, self._matrix = st["s"].copy(), st["n"].copy(), None
 
 
+@NEIGHBOURHOODS.register("qdrant")
 class QdrantNeighbourhood:
-    """The same k-NN through Qdrant: points carry (successes, attempts) as payload."""
+    """The same k-NN through the project's Qdrant wrapper (`connectors.vectors.VectorStore`):
+    points carry (successes, attempts) as payload."""
 
     def __init__(
         self,
@@ -108,20 +116,17 @@ class QdrantNeighbourhood:
         k: int = 8,
         prior_rate: float = 0.5,
         prior_strength: float = 2.0,
-        client=None,
+        store=None,
         collection: str = "ppm_neighbours",
     ):
-        from qdrant_client import QdrantClient, models
+        from qdrant_client import QdrantClient
 
-        self.models, self.dim, self.k = models, dim, k
+        from rlstream.connectors.vectors import VectorStore
+
+        self.dim, self.k = dim, k
         self.prior_rate, self.prior_strength = prior_rate, prior_strength
-        self.client = client or QdrantClient(":memory:")
-        self.collection = collection
-        if not self.client.collection_exists(collection):
-            self.client.create_collection(
-                collection,
-                vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
-            )
+        self.store = store or VectorStore(QdrantClient(":memory:"), collection, dim)
+        self.store.ensure()
         self.counts: dict[str, tuple[float, float]] = {}
 
     @staticmethod
@@ -129,26 +134,19 @@ class QdrantNeighbourhood:
         return str(uuid.uuid5(uuid.NAMESPACE_OID, pid))
 
     def add(self, ids: list[str], vectors: np.ndarray, successes, attempts) -> None:
-        points = []
-        for pid, v, s, n in zip(ids, _unit(vectors), successes, attempts, strict=True):
+        points, payloads = [], []
+        for pid, s, n in zip(ids, successes, attempts, strict=True):
             s0, n0 = self.counts.get(pid, (0.0, 0.0))
             self.counts[pid] = (s0 + float(s), n0 + float(n))
-            points.append(
-                self.models.PointStruct(
-                    id=self.point_id(pid),
-                    vector=v.tolist(),
-                    payload={"prompt_id": pid, "s": s0 + float(s), "n": n0 + float(n)},
-                )
-            )
-        self.client.upsert(self.collection, points=points)
+            points.append(self.point_id(pid))
+            payloads.append({"prompt_id": pid, "s": s0 + float(s), "n": n0 + float(n)})
+        self.store.upsert(points, _unit(vectors).tolist(), payloads)
 
     def query(self, vectors: np.ndarray, exclude: list[str] | None = None):
         n = len(vectors)
         sim, s, a = np.zeros((n, self.k)), np.zeros((n, self.k)), np.zeros((n, self.k))
         for i, v in enumerate(_unit(vectors)):
-            hits = self.client.query_points(
-                self.collection, query=v.tolist(), limit=self.k + 1, with_payload=True
-            ).points
+            hits = self.store.search(v.tolist(), limit=self.k + 1)
             hits = [h for h in hits if not exclude or h.payload["prompt_id"] != exclude[i]]
             for j, h in enumerate(hits[: self.k]):
                 sim[i, j], s[i, j], a[i, j] = h.score, h.payload["s"], h.payload["n"]

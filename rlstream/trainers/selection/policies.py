@@ -45,17 +45,11 @@ def pretrained_policy(cfg: Config, cache_dir: Path, threads: int = 1, on_step=No
 
     def build() -> bytes:
         from rlstream.trainers.core import TrainState, pretrain_step
-        from rlstream.trainers.envs import TaskMix
-        from rlstream.trainers.local import VAL_DOCS
         from rlstream.trainers.policy import policy_to_bytes
-        from rlstream.trainers.pretrain import Corpus, build_corpus
+        from rlstream.trainers.pretrain import generated_corpus, validation_corpus
 
         state = TrainState(cfg, threads=threads)
-        mix, d, block = TaskMix.parse(cfg.data.tasks), cfg.data, cfg.model.block_size
-        corpus = Corpus(build_corpus(mix, d.corpus_docs, d.flaw_rate, cfg.seed, cfg.seed),
-                        state.tok, block)  # fmt: skip
-        val = Corpus(build_corpus(mix, VAL_DOCS, d.flaw_rate, cfg.seed + 1, cfg.seed),
-                     state.tok, block)  # fmt: skip
+        corpus, val = generated_corpus(cfg, state.tok), validation_corpus(cfg, state.tok)
         while state.phase == "pretrain":
             pretrain_step(state, corpus, val)
             if on_step is not None:
