@@ -74,8 +74,9 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         py, cfg = sys.executable, str(self.cfg_path)
-        rules = Config.read(self.cfg_path).rl.reward_rules
-        scoring = ["--reward-rules", rules] if rules else []
+        run = Config.read(self.cfg_path)
+        scoring = ["--run-id", run.run_id]
+        scoring += ["--reward-rules", run.rl.reward_rules] if run.rl.reward_rules else []
         specs = [
             ("trainer", [py, "-m", "rlstream.streams.trainer", "--config", cfg]),
             ("scheduler", [py, "-m", "rlstream.streams.scheduler", "--config", cfg]),

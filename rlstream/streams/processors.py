@@ -41,6 +41,12 @@ class ProcessorConfig:
     """Reward function (completions, **kwargs) -> list[float]; default: the task verifiers."""
     store: ObjectStore | None = None
     """Where assemble_experience archives experience groups (None: no archive)."""
+    run_id: str | None = None
+    """Only this run's rows (a run's processors must not re-score or re-archive the rows of
+    earlier runs on the same topics, e.g. with other reward rules); None: every run's."""
+
+    def ours(self, rows: list[dict]) -> list[dict]:
+        return rows if self.run_id is None else [r for r in rows if r["run_id"] == self.run_id]
 
 
 def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> None:
@@ -53,7 +59,7 @@ def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> N
             if decoded is None:
                 continue
             metrics.PROCESSOR_EVENTS.labels("score_rollouts").inc()
-            rows = score_rollouts(decoded.to_pylist(), cfg.reward_fn, cfg.verifier)
+            rows = score_rollouts(cfg.ours(decoded.to_pylist()), cfg.reward_fn, cfg.verifier)
             if rows:
                 await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
 
@@ -77,7 +83,7 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
                 continue
             metrics.PROCESSOR_EVENTS.labels("assemble_experience").inc()
             kind = decoded.event.name  # "rollouts" or "rewards"
-            for request_id, rows in _by_request(decoded.to_pylist()).items():
+            for request_id, rows in _by_request(cfg.ours(decoded.to_pylist())).items():
                 key = request_id.encode()
                 held = _load(pending.get(key))
                 held[kind] += rows

@@ -42,7 +42,7 @@ from rlstream.streams.policystore import publish_policy
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.envs import TaskMix, sample_prompts
-from rlstream.trainers.evaluate import EVAL_SEED_OFFSET, evaluate
+from rlstream.trainers.evaluate import evaluate_with
 from rlstream.trainers.pretrain import Corpus, validation_corpus
 from rlstream.trainers.rl import Experience
 
@@ -143,9 +143,7 @@ class StreamTrainer:
         save_checkpoint(self.ckpts, self.state.step, self.state_dict(), keep_last=ck.keep_last)
 
     def evaluate(self) -> dict:
-        c, st = self.cfg, self.state
-        return evaluate(st.model, st.tok, self.eval_set, c.rl.max_new_tokens, c.eval.samples,
-                        c.rl.temperature, seed=c.seed + EVAL_SEED_OFFSET)  # fmt: skip
+        return evaluate_with(self.state.model, self.state.tok, self.eval_set, self.cfg)
 
     async def emit_eval(self, producer: EventProducer, phase: str) -> dict:
         result = await asyncio.to_thread(self.evaluate)

@@ -41,12 +41,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verifier", default="verifier", help="verifier name on rewards")
     parser.add_argument("--no-archive", action="store_true", help="do not archive experience")
     parser.add_argument("--reward-rules", help="JSON reward-rules file score_rollouts applies")
+    parser.add_argument("--run-id", help="process only this run's rows (default: every run's)")
     parser.add_argument("--loglevel", default="WARNING")
     args = parser.parse_args(argv)
     endpoints = Endpoints.from_env()
     store = None if args.no_archive else ObjectStore(endpoints)
     reward_fn = make_reward_fn(args.reward_rules) if args.reward_rules else None
-    cfg = ProcessorConfig(args.source, args.sink, args.verifier, reward_fn, store=store)
+    cfg = ProcessorConfig(
+        args.source, args.sink, args.verifier, reward_fn, store=store, run_id=args.run_id
+    )
     app = build(args.app_id, args.processors, cfg, endpoints)
     logging.basicConfig(level=args.loglevel)
     metrics.serve_from_env()

@@ -76,3 +76,11 @@ def evaluate(
     if scores.get("pass1"):
         out["pass_rates"] = scores["pass1"]
     return out
+
+
+def evaluate_with(model, tok, prompts: list[Prompt], cfg, k: int | None = None, seed=None):
+    """`evaluate` with a Config's settings: rl.max_new_tokens, rl.temperature, k samples
+    (default eval.samples), seeded by `seed` (default cfg.seed) + EVAL_SEED_OFFSET."""
+    k = cfg.eval.samples if k is None else k
+    seed = (cfg.seed if seed is None else seed) + EVAL_SEED_OFFSET
+    return evaluate(model, tok, prompts, cfg.rl.max_new_tokens, k, cfg.rl.temperature, seed)

@@ -24,7 +24,7 @@ from rlstream.trainers.checkpoint import (
 from rlstream.trainers.collect import collect
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.envs import TaskMix, sample_prompts
-from rlstream.trainers.evaluate import EVAL_SEED_OFFSET, evaluate
+from rlstream.trainers.evaluate import evaluate_with
 from rlstream.trainers.pretrain import generated_corpus, validation_corpus
 from rlstream.trainers.report import bar_info, make_summary, progress_bars, write_outputs
 from rlstream.trainers.rewards import make_reward_fn
@@ -92,9 +92,7 @@ class Run:
             )
 
     def evaluate(self) -> dict:
-        c = self.cfg
-        ev = evaluate(self.state.model, self.state.tok, self.eval_set, c.rl.max_new_tokens,
-                      c.eval.samples, c.rl.temperature, seed=c.seed + EVAL_SEED_OFFSET)  # fmt: skip
+        ev = evaluate_with(self.state.model, self.state.tok, self.eval_set, self.cfg)
         ev.pop("pass_rates", None)
         return ev
 

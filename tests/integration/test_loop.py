@@ -181,7 +181,7 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
     assert zero >= figures["filtered_groups"]
 
 
-def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(stack_home, tmp_path):
+def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(loop_run, tmp_path):
     # the JSON rules (the verifier plus half a point for an all-digit answer) are what
     # score_rollouts applies, so they are what the trainer receives; PPO trains its value head
     # and hybrid mode mixes pre-training loss into every update, all through `rlstream run`
@@ -198,6 +198,7 @@ def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(stack_home, tmp_path):
     )
     summary = tmp_path / "summary.json"
     run_id = "loop-ppo"
+    earlier = sorted((r["event_id"], r["reward"]) for r in _rows("rewards"))
     cli("run", "--rl-steps", "3", "--algo", "ppo", "--hybrid", "--reward-rules", str(rules),
         "--sampler", "uniform", "--run-id", run_id, "--out", str(tmp_path),
         "--summary", str(summary), *SMALL, "--set", "rl.update_epochs=2", timeout=900)  # fmt: skip
@@ -218,6 +219,8 @@ def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(stack_home, tmp_path):
     )
     metrics = {r["metric"] for r in _rows_of(run_id, "eval_results") if r["task"] == "rl"}
     assert {"value_loss", "lm_loss"} <= metrics  # the value head and the LM share trained
+    # this run's processors scored only its own rollouts, not the earlier run's on the topic
+    assert sorted((r["event_id"], r["reward"]) for r in _rows("rewards")) == earlier
     config = (tmp_path / run_id / "config.yaml").read_text()
     assert "algo: ppo" in config and "hybrid: true" in config  # the effective config is kept
 

@@ -24,7 +24,7 @@ from rlstream.config import Config
 from rlstream.trainers.collect import collect, threads
 from rlstream.trainers.core import TrainState, rl_update
 from rlstream.trainers.envs import Prompt
-from rlstream.trainers.evaluate import EVAL_SEED_OFFSET, evaluate
+from rlstream.trainers.evaluate import evaluate_with
 from rlstream.trainers.policy import Policy, policy_from_bytes
 from rlstream.trainers.selection.policy_features import tuned_args
 from rlstream.trainers.selection.predictive import PredictiveArgs
@@ -75,8 +75,7 @@ class ArmResult:
 
 def evaluate_heldout(policy: Policy, prompts: list[Prompt], k: int, cfg: Config, seed: int):
     """The shared evaluator's figures, and per-prompt pass rates of k samples when k > 0."""
-    ev = evaluate(policy.model, policy.tok, prompts, cfg.rl.max_new_tokens, k,
-                  cfg.rl.temperature, seed=seed + EVAL_SEED_OFFSET)  # fmt: skip
+    ev = evaluate_with(policy.model, policy.tok, prompts, cfg, k, seed)
     rates = ev.pop("pass_rates", None)
     return ev, None if rates is None else np.array(rates)
 
