@@ -161,13 +161,15 @@ def config_show(
 ) -> None:
     """Print the effective config (defaults < --config file < --set) as YAML, the shape
     `--config` reads; --describe lists every setting with its default and meaning."""
+    from rich.markup import escape
+
     from rlstream.config import Config, show
     from rlstream.config import describe as describe_settings
 
     if describe:
         table = Table("setting", "default", "meaning", title="rlstream settings")
         for name, default, doc in describe_settings(Config):
-            table.add_row(name, default, doc)
+            table.add_row(escape(name), escape(default), escape(doc))
         console.print(table)
         return
     print(show(trainer_commands.build_config(config, overrides)), end="")

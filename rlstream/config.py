@@ -303,10 +303,6 @@ def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _sections(cls) -> dict[str, type]:
-    return {n: t for n, t in _hints(cls).items() if is_dataclass(t)}
-
-
 def from_dict(cls, data: dict, where: str = ""):
     """A `cls` from nested plain data; an unknown key is a ConfigError listing the known ones."""
     if not isinstance(data, dict):
@@ -356,7 +352,7 @@ def _coerce(path: str, kind, value):
 
 
 def leaf_names(cls=Config, where: str = "") -> dict[str, str]:
-    """Every setting's dotted name -> its type name (for errors and `config show`)."""
+    """Every setting's dotted name -> its type name."""
     out = {}
     for f in fields(cls):
         path = f"{where}.{f.name}" if where else f.name
@@ -448,10 +444,11 @@ def load_config(
     overrides: list[str] = (),
     options: dict | None = None,
     cls=Config,
+    base=None,
 ):
-    """Defaults < the YAML/JSON file < `options` (dotted name -> value, e.g. a command's own
-    flags; None = not given) < `--set` overrides."""
-    data = read_file(path) if path else {}
+    """Defaults (or `base`, e.g. a benchmark's preset) < the YAML/JSON file < `options`
+    (dotted name -> value, e.g. a command's own flags; None = not given) < `--set` overrides."""
+    data = merge(to_dict(base) if base is not None else {}, read_file(path) if path else {})
     data = merge(data, nested(options or {}))
     data = merge(data, parse_overrides(list(overrides), cls))
     return from_dict(cls, data)

@@ -21,13 +21,14 @@ SetOpt = typer.Option(
 )
 
 
-def build_config(config: Path | None, overrides: list[str], **options):
-    """The effective Config: defaults < --config file < the command's flags < --set.
+def build_config(config: Path | None, overrides: list[str], base=None, **options):
+    """The effective Config: defaults (or `base`) < --config file < the command's flags < --set.
     Flags are given as dotted names with `__` for dots (rl__steps=...); None = not given.
     A bad setting raises ConfigError, which the CLI prints as one line (exit status 2)."""
     from rlstream.config import load_config
 
-    return load_config(config, overrides, {k.replace("__", "."): v for k, v in options.items()})
+    dotted = {k.replace("__", "."): v for k, v in options.items()}
+    return load_config(config, overrides, dotted, base=base)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -65,6 +65,7 @@ class Run:
         self.reward_fn = make_reward_fn(c.rl.reward_rules)
         self.history: list[dict] = []
         self.pretrain_eval: dict = {}
+        self.generated = 0  # rollouts generated, zero-variance rounds the filter dropped included
         self.store = store
 
     def state_dict(self) -> dict:
@@ -73,6 +74,7 @@ class Run:
             "history": self.history,
             "pretrain_eval": self.pretrain_eval,
             "added_docs": self.added_docs,
+            "generated": self.generated,
             "config": to_dict(self.cfg),
         }
 
@@ -80,7 +82,7 @@ class Run:
         self.state.load_state_dict(s)
         self.sampler.load_state_dict(s["sampler"])
         self.history, self.pretrain_eval = s["history"], s["pretrain_eval"]
-        self.added_docs = s["added_docs"]
+        self.added_docs, self.generated = s["added_docs"], s["generated"]
         self.corpus.extend(self.added_docs)
         set_rng_state(s["rng"])
 
@@ -102,6 +104,7 @@ def rl_step(run: Run) -> dict:
     update, evaluate on schedule."""
     c, st = run.cfg, run.state
     batch = collect(st.policy(), run.sampler, c.rl, st.rl_step, st.sample_gen, run.reward_fn)
+    run.generated += batch.rollouts
     lm_batch = None
     if c.rl.hybrid:
         ratio = c.rl.hybrid_ratio

@@ -40,6 +40,7 @@ def make_summary(run, final: dict, wall_s: float) -> dict:
         "final_by_task": final["greedy_by_task"],
         "rl_steps": st.rl_step,
         "rollouts": st.rollouts,
+        "rollouts_generated": run.generated,
         "dropped_groups": st.stale_groups,
         "zero_variance_share": round(st.zero_variance_groups / st.trained_groups, 4)
         if st.trained_groups

@@ -86,6 +86,26 @@ def test_ppo_hybrid_with_reward_rules(tmp_path):
     assert s["corpus_added"] >= 0 and set(s["final_by_task"]) == {"add", "chain"}
 
 
+def test_the_zero_variance_filter_refills_batches_in_process():
+    # a barely pre-trained policy gets most groups all wrong: the filter rolls out more rounds
+    # (up to its cap) so that every update still trains on a full batch
+    s = train_local(tiny("rl.filter_zero_variance=true", "rl.filter_max_rounds=3"))
+    assert s["rollouts"] == 4 * 4 * 4  # full batches of P x G trained
+    assert 4 * 4 * 4 < s["rollouts_generated"] <= 3 * 4 * 4 * 4
+
+
+def test_cli_trains_in_process_with_the_ppm_sampler(tmp_path):
+    sets = [arg for item in TINY[:-1] for arg in ("--set", item)]
+    out = subprocess.run(
+        [sys.executable, "-m", "rlstream.cli", "train", *sets, "--set", "sampler=ppm",
+         "--no-progress", "--summary", str(tmp_path / "s.json")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["sampler"] == "ppm" and s["rl_steps"] == 4 and s["rollouts"] == 4 * 4 * 4
+
+
 def test_cli_train_and_bench_help():
     for cmd in (["train", "--help"], ["bench", "train", "--help"]):
         out = subprocess.run(

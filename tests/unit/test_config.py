@@ -168,3 +168,27 @@ def test_update_epochs_and_minibatches_resolve_by_algo():
     # unset, they follow the algorithm even when it is switched on a built config
     switched = with_values(Config(), **{"rl.algo": "ppo"}).rl
     assert (switched.epochs, switched.minibatches) == (10, 4)
+
+
+def test_config_show_prints_the_effective_config_and_errors_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    def show(*args):
+        return subprocess.run([sys.executable, "-m", "rlstream.cli", "config", "show", *args],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    path = tmp_path / "run.yaml"
+    path.write_text("rl:\n  steps: 7\n")
+    out = show("--config", str(path), "--set", "rl.lr=3e-5")
+    assert out.returncode == 0, out.stderr
+    shown = yaml.safe_load(out.stdout)
+    assert shown == to_dict(load_config(path, ["rl.lr=3e-5"]))
+    assert shown["rl"]["steps"] == 7 and shown["rl"]["lr"] == 3e-5
+    described = show("--describe").stdout
+    assert "data.tasks" in described and "[@dmin-dmax]" in described
+    bad = show("--set", "rl.algo=ppx")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == ["error: rl.algo: 'ppx' is not one of grpo, ppo"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from rlstream.trainers.commands import ConfigOpt, SetOpt, build_config
+
 
 def register(bench_app: typer.Typer) -> None:
     """Add `bench selection` to the bench command group."""
@@ -54,33 +56,33 @@ def register(bench_app: typer.Typer) -> None:
         ),
         progress: bool = typer.Option(True, help="progress bar and tables"),
         resume: bool = typer.Option(False, help="reuse arms saved under OUT/arms by a prior run"),
+        config: Path = ConfigOpt,
+        overrides: list[str] = SetOpt,
     ):
         """Compare prompt samplers (RESEARCH.md's table), mean ± std over seeds, per pool."""
-        from rlstream.trainers.selection.bench import BenchArgs, run_bench
+        from rlstream.trainers.selection.bench import BenchArgs, bench_config, run_bench
         from rlstream.trainers.selection.bench import quick as quick_preset
         from rlstream.trainers.selection.loop import ArmArgs
 
-        try:
-            a = BenchArgs(
-                samplers=samplers,
-                seeds=seeds,
-                steps=steps or 40,
-                pool=pool,
-                task=task,
-                target_accuracy=target_accuracy,
-                target_fraction=target_fraction,
-                out=str(out),
-                summary=str(summary) if summary else None,
-                cache_dir=str(cache_dir),
-                progress=progress,
-                resume=resume,
-                arm=ArmArgs(threads=threads),
-            )
-            if quick:
-                a = quick_preset(a)
-            a = _override(a, locals())
-        except ValueError as e:
-            raise typer.BadParameter(str(e)) from e
+        a = BenchArgs(
+            samplers=samplers,
+            seeds=seeds,
+            steps=steps or 40,
+            pool=pool,
+            task=task,
+            target_accuracy=target_accuracy,
+            target_fraction=target_fraction,
+            out=str(out),
+            summary=str(summary) if summary else None,
+            cache_dir=str(cache_dir),
+            progress=progress,
+            resume=resume,
+            arm=ArmArgs(threads=threads),
+            train=build_config(config, overrides, base=bench_config()),
+        )
+        if quick:
+            a = quick_preset(a)
+        a = _override(a, locals())
         run_bench(a)
 
 

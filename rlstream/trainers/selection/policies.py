@@ -21,9 +21,11 @@ CACHE_VERSION = 2
 
 
 def cache_key(cfg: Config, extra: dict | None = None) -> str:
-    """What a pre-trained checkpoint depends on: seed, model, data and pre-training settings."""
+    """What a pre-trained checkpoint depends on: seed, model (a value head for ppo), data and
+    pre-training settings."""
     parts = {k: asdict(getattr(cfg, k)) for k in ("model", "data", "pretrain")}
-    payload = parts | {"seed": cfg.seed} | (extra or {}) | {"v": CACHE_VERSION}
+    payload = parts | {"seed": cfg.seed, "value_head": cfg.rl.algo == "ppo"} | (extra or {})
+    payload["v"] = CACHE_VERSION
     payload["model"].pop("threads")
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
