@@ -15,7 +15,7 @@ nvidia-smi -L
 python3 -c "import torch, deepspeed; print('torch', torch.__version__, 'deepspeed', deepspeed.__version__, torch.cuda.get_device_name())"
 rl() { python3 -m rlstream.cli "$@"; }
 rl bench train --device cuda --json "$OUT/bench_train.json" 2>&1 | tee "$OUT/bench_train.txt"
-rl train --mode local --backend deepspeed --zero-stage 2 --pretrain-max-steps 400 --rl-steps 40 \
+rl train --mode local --backend deepspeed --set model.zero_stage=2 --pretrain-max-steps 400 --rl-steps 40 \
   --no-progress --summary "$OUT/deepspeed_zero2.json" 2>&1 | tail -30 | tee "$OUT/deepspeed_zero2.txt"
 rl train --mode local --no-progress --summary "$OUT/default_gpu.json" 2>&1 | tail -30 \
   | tee "$OUT/default_gpu.txt"
