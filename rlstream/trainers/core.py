@@ -193,6 +193,6 @@ def rl_update(state: TrainState, exp: Experience, lm_batch: tuple | None = None)
         "rl_step": state.rl_step,
         "dropped_groups": stale,
         "zero_variance_groups": zero,
-        "zero_var_groups": zero / max(1, len(dict.fromkeys(exp.group_ids))),
+        "zero_variance_share": zero / max(1, len(dict.fromkeys(exp.group_ids))),
         "trained_group_ids": trained,
     }
