@@ -1,9 +1,9 @@
 """Predictive prompt selection: samplers, the prompt predictive model, decision records,
 test-time allocation.
 
-Samplers (registry `SELECTION_SAMPLERS`, all `cls(pool, seed, args=None)` implementing the
-`PromptSampler` protocol plus `select_scored` -> prompts and decision records):
-uniform, dapo (DAPO dynamic sampling; drive it with `fill_batch`), greso, mopps, ppm.
+Samplers (registry `SELECTION_SAMPLERS`, all `cls(pool, seed, args=None)` with `select`,
+`update`, `state_dict`, `load_state_dict`, plus `select_scored` -> prompts and decision
+records): uniform, dapo (DAPO dynamic sampling; drive it with `fill_batch`), greso, mopps, ppm.
 
 The benchmark (`rlstream bench selection`): loop.py runs one arm (sampler x seed) of GRPO from
 a shared checkpoint (policies.py builds and caches it), metrics.py turns the per-step records

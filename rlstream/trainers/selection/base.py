@@ -1,7 +1,7 @@
 """What every selection sampler shares: per-prompt reward statistics and a seeded pool sampler.
 
-`PoolSampler` implements the `PromptSampler` protocol of rlstream.trainers.samplers
-(`select`, `update`, `state_dict`, `load_state_dict`) on top of two hooks a subclass fills in:
+`PoolSampler` implements the sampler interface every loop uses (`select`, `update`,
+`state_dict`, `load_state_dict`) on top of two hooks a subclass fills in:
 `select_scored(step, batch_size) -> Selection` and `observe(prompt_index, outcomes)`.
 Randomness comes from one numpy Generator whose state is part of `state_dict`, so a sampler
 restored from a checkpoint makes exactly the selections the uninterrupted one would have made.
@@ -117,7 +117,7 @@ class PoolSampler:
         self.rollouts = 0
         self.wasted_rollouts = 0
 
-    # --- the PromptSampler protocol -------------------------------------------------------
+    # --- the sampler interface the loops use --------------------------------------------
     def select(self, step: int, batch_size: int) -> list[Prompt]:
         """The prompts to roll out; the decision records are kept in `last_records`."""
         if batch_size < 1:
