@@ -28,6 +28,8 @@ FOLLOWED = ("policy_versions", "eval_results", "rollouts")
 class RunView:
     phase: str = "starting"
     rl_step: int = 0
+    pretrain_step: int = 0
+    val_loss: float | None = None
     policy_version: int = 0
     accuracy: float | None = None
     pass1: float | None = None
@@ -76,8 +78,11 @@ class RunWatcher:
         elif event == "eval_results":
             v.evals += rows
             for r in rows:
-                if r["task"] == "pretrain" and v.phase == "starting":
-                    v.phase = "pretrain"
+                if r["task"] == "pretrain":
+                    v.phase = "pretrain" if v.phase == "starting" else v.phase
+                    v.pretrain_step = max(v.pretrain_step, r["step"])
+                    if r["metric"] == "val_loss":
+                        v.val_loss = r["value"]
                 if r["task"] == "all" and r["metric"] == "greedy":
                     v.accuracy = r["value"]
                 if r["task"] == "all" and r["metric"] == "pass1":

@@ -72,8 +72,16 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
     published; both repeat harmlessly if the process dies before the offset is committed.
     """
     source = raw_topic(app, ROLLOUTS.topic, REWARDS.topic)
-    raw = faust.Schema(key_serializer="raw", value_serializer="raw")
-    pending = app.Table("pending_groups", default=None, partitions=ROLLOUTS.partitions, schema=raw)
+    # bytes types, not a raw Schema: a Table takes its changelog serializers from key_type and
+    # value_type only (falling back to json), so with schema= it wrote raw bytes and then
+    # json-decoded them on recovery ("Expecting value"), failing on every record forever
+    pending = app.Table(
+        "pending_groups",
+        default=None,
+        partitions=ROLLOUTS.partitions,
+        key_type=bytes,
+        value_type=bytes,
+    )
 
     @app.agent(source, name="assemble_experience")
     async def assemble(stream):

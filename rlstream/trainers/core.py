@@ -68,13 +68,14 @@ class TrainState:
             model = GPT(gpt).to(self.device)
         else:
             self.tok, model = policy.tok, policy.model.to(self.device)
-        lr = p.lr if policy is None else rl.lr
+        lr = p.lr if policy is None else rl.learning_rate
         self.backend = make_backend(
             model, make_adamw(model, lr), m.backend, rl.max_grad_norm, m.zero_stage
         )
         self.model = self.backend.module
         self.pretrain_schedule = CosineSchedule(p.lr, p.warmup_steps, p.max_steps, p.lr / 10)
-        self.rl_schedule = CosineSchedule(rl.lr, 0, rl.steps, rl.lr * rl.min_lr_ratio)
+        rl_lr = rl.learning_rate
+        self.rl_schedule = CosineSchedule(rl_lr, 0, rl.steps, rl_lr * rl.min_lr_ratio)
         self.plateau = Plateau(p.patience, p.min_delta)
         self.data_gen = torch.Generator().manual_seed(cfg.seed)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(
@@ -104,7 +105,7 @@ class TrainState:
         if ref_state is not None:
             self.ref.load_state_dict(ref_state)
         self.learner = Learner(self.backend, self.ref, self.cfg.rl, self.tok.pad_id, self.cfg.seed)
-        self.backend.set_lr(self.cfg.rl.lr)
+        self.backend.set_lr(self.cfg.rl.learning_rate)
         self.phase = "rl"
 
     def state_dict(self) -> dict:

@@ -72,6 +72,10 @@ def test_the_loop_completes_and_reports(loop_run):
     figures, out, result = loop_run
     assert figures["completed"] and figures["rl_steps"] == STEPS
     assert f"report: {figures['report']}" in result.stdout.replace("\n", "")
+    # no terminal (captured): plain progress lines as it goes, through pre-training and RL
+    progress = [line for line in result.stdout.splitlines() if "| run loop-it | phase" in line]
+    assert any("phase pretrain" in line for line in progress), result.stdout[-2000:]
+    assert any(f"rl step {STEPS}/{STEPS}" in line for line in progress)
     assert (out / "loop-it" / "curves.png").stat().st_size > 10_000
     for key in (
         "final_accuracy",
@@ -344,9 +348,12 @@ async def _topic_rows(topic: str) -> list[dict]:
     return rows
 
 
-def _kill_mid_run(tmp_path, run_id: str, module: str, steps: int, *extra: str) -> dict:
-    """Start `rlstream run`, SIGKILL its `module` process once RL reached step 3, let the
-    supervisor restart it, and return the run's figures."""
+def _kill_mid_run(
+    tmp_path, run_id: str, module: str, steps: int, *extra: str, only: str | None = None
+) -> dict:
+    """Start `rlstream run`, SIGKILL its `module` process (the one whose command line also
+    holds `only`, when several run it) once RL reached step 3, let the supervisor restart it,
+    and return the run's figures with `killed_at` (epoch seconds)."""
     import os
     import signal
     import subprocess
@@ -387,16 +394,45 @@ def _kill_mid_run(tmp_path, run_id: str, module: str, steps: int, *extra: str) -
         victims = [
             p
             for p in psutil.process_iter(["cmdline"])
-            if module in " ".join(p.info["cmdline"] or [])
-            and f"{run_id}/config.json" in " ".join(p.info["cmdline"] or [])
+            if _of_run(p.info["cmdline"] or [], run_id)
+            and module in p.info["cmdline"]
+            and (only is None or only in p.info["cmdline"])
         ]
-        assert len(victims) == 1
+        assert len(victims) == 1, victims
+        killed_at = time.time()
         os.kill(victims[0].pid, signal.SIGKILL)
         assert run.wait(600) == 0, run.stderr.read()[-3000:]
     finally:
         if run.poll() is None:
             run.kill()
-    return json.loads(summary.read_text())
+    return json.loads(summary.read_text()) | {"killed_at": killed_at}
+
+
+def _of_run(cmdline: list[str], run_id: str) -> bool:
+    """A loop process of this run: its config file, or (processors) its --run-id."""
+    return any(a == run_id or a.endswith(f"{run_id}/config.json") for a in cmdline)
+
+
+def _assert_nothing_lost(run_id: str, before: float, figures: dict) -> None:
+    """Every request issued before the kill became exactly one experience group, and the run
+    trained no row twice and archived exactly what it published."""
+    issued = {
+        r["request_id"]
+        for r in _rows_of(run_id, "rollout_requests")
+        if r["produced_at"].timestamp() < before
+    }
+    rows = _rows_of(run_id, "experience")
+    groups: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        groups[r["request_id"]].add(r["event_id"])
+    assert issued and issued <= groups.keys(), sorted(issued - groups.keys())[:5]
+    # one group of G rows per request; a group redelivered after the kill (at-least-once)
+    # carries the same event ids, is counted, and the trainer skips it
+    assert {len(ids) for ids in groups.values()} == {G}
+    redelivered = len(rows) - sum(len(ids) for ids in groups.values())
+    assert figures["experience_messages_redelivered"] == redelivered
+    assert figures["completed"] and figures["duplicates_trained"] == 0
+    assert figures["archive_matches_topic"] and figures["archive_duplicates"] == 0
 
 
 def test_a_killed_trainer_is_restarted_and_resumes_from_its_checkpoint(stack_home, tmp_path):
@@ -422,6 +458,26 @@ def test_a_killed_scheduler_continues_its_rounds_and_its_sampler_state(stack_hom
     log = (tmp_path / run_id / "logs" / "scheduler.log").read_text()
     assert "continuing at round" in log and "snapshot found" in log
     assert "restored the sampler state of round" in log
+
+
+def test_a_killed_processors_process_recovers_its_half_joined_groups(stack_home, tmp_path):
+    """The processors own a faust table of half-joined groups; a restarted worker must recover
+    it from the changelog (it used to json-decode raw bytes there and never finish)."""
+    run_id, steps = "loop-proc-crash", 8
+    figures = _kill_mid_run(tmp_path, run_id, "rlstream.streams.worker", steps)
+    assert figures["restarts"] == {"processors": 1}
+    assert figures["rl_steps"] == steps
+    _assert_nothing_lost(run_id, figures["killed_at"], figures)
+    log = (tmp_path / run_id / "logs" / "processors.log").read_text()
+    assert "Error in recovery" not in log  # what the restarted worker logged before the fix
+
+
+def test_a_killed_rollout_worker_is_restarted_and_its_requests_are_answered(stack_home, tmp_path):
+    run_id, steps = "loop-worker-crash", 8
+    figures = _kill_mid_run(tmp_path, run_id, "rlstream.streams.rollout_worker", steps, only="w1")
+    assert figures["restarts"] == {"rollouts-1": 1}
+    assert figures["rl_steps"] == steps
+    _assert_nothing_lost(run_id, figures["killed_at"], figures)
 
 
 def test_resume_continues_from_the_last_checkpoint(loop_run):

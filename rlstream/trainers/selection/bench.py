@@ -30,11 +30,15 @@ from rlstream.trainers.selection.ppm import calibration, pearson_r
 from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
 
 BENCH_PRETRAIN_STEPS = 1000  # the published results' pre-training budget (cached checkpoints)
+BENCH_RL_LR = 1e-4  # the published results' RL learning rate (the main job's default is higher)
 
 
 def bench_config() -> Config:
-    """The run settings the benchmark's arms share: the defaults, with its pre-training budget."""
-    return with_values(Config(), **{"pretrain.max_steps": BENCH_PRETRAIN_STEPS})
+    """The run settings the benchmark's arms share: the defaults, with its pre-training budget
+    and learning rate (40-step arms from a 1,000-step checkpoint, not the main job's 200)."""
+    return with_values(
+        Config(), **{"pretrain.max_steps": BENCH_PRETRAIN_STEPS, "rl.lr": BENCH_RL_LR}
+    )
 
 
 @dataclass

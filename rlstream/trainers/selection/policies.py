@@ -85,5 +85,5 @@ def late_policy(
         return policy_to_bytes(res.policy)
 
     extra = {"warmup": warmup_steps, "pool": [p.prompt_id for p in pool[:4]], "n": len(pool)}
-    extra |= {"lr": cfg.rl.lr, "B": cfg.rl.prompts_per_step, "G": cfg.rl.group_size}
+    extra |= {"lr": cfg.rl.learning_rate, "B": cfg.rl.prompts_per_step, "G": cfg.rl.group_size}
     return _cached(Path(cache_dir) / f"late-{cache_key(cfg, extra)}.pt", build)
