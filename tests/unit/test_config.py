@@ -157,6 +157,14 @@ def test_describe_documents_every_leaf():
     assert {n.split(".")[0] for n in names if "." in n} == set(sections)
 
 
+def test_the_rl_learning_rate_follows_the_algorithm_unless_set():
+    assert load_config(None, []).rl.learning_rate == pytest.approx(3e-4)  # grpo
+    assert load_config(None, ["rl.algo=ppo"]).rl.learning_rate == pytest.approx(1e-4)
+    assert load_config(None, ["rl.algo=ppo", "rl.lr=5e-5"]).rl.learning_rate == pytest.approx(5e-5)
+    with pytest.raises(ConfigError, match="rl.lr: 0.0 must be > 0"):
+        load_config(None, ["rl.lr=0"])
+
+
 def test_update_epochs_and_minibatches_resolve_by_algo():
     ppo = load_config(None, ["rl.algo=ppo"]).rl
     grpo = load_config(None, ["rl.algo=grpo"]).rl
