@@ -66,14 +66,19 @@ def _state_dir(path: Path | None) -> Path:
 
 
 def event_for(topic: str):
-    """A topic argument: the short name (`rollouts`) or the full name (`rl.rollouts.v1`)."""
-    from rlstream.schemas import latest_events, resolve_topic
+    """A topic argument: the short name (`rollouts`), the full name (`rl.rollouts.v1`), or any
+    topic on the broker whose messages carry a registered event (`rl.rewards.v1.rescored`)."""
+    from rlstream.ops.topics import carried_event
+    from rlstream.schemas import latest_events
 
-    try:
-        return resolve_topic(topic)
-    except KeyError:
+    event = asyncio.run(carried_event(endpoints(), topic))
+    if event is None:
         names = ", ".join(e.name for e in latest_events())
-        raise typer.BadParameter(f"unknown topic {topic!r}; known: {names}") from None
+        raise typer.BadParameter(
+            f"unknown topic {topic!r}: not an event name ({names}), and no topic of that name "
+            "holds messages with rlstream event headers (see `rlstream topics`)"
+        ) from None
+    return event
 
 
 def endpoints():
@@ -145,7 +150,14 @@ def run(
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
         run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
     )  # fmt: skip
-    figures = _watched_run(cfg, out, timeout_s)
+    try:
+        figures = _watched_run(cfg, out, timeout_s)
+    except KeyboardInterrupt:
+        err.print(
+            f"interrupted: every process of the run stopped; continue it with "
+            f"`rlstream run --resume {cfg.run_id} --out {out}`"
+        )
+        raise typer.Exit(130) from None
     print_figures(f"run {cfg.run_id}", figures)
     console.print(f"report: [bold]{figures['report']}[/]")
     write_summary(summary, figures)
@@ -542,10 +554,10 @@ def topics(
     if as_json:
         print(json.dumps([i.__dict__ for i in infos], indent=2))
         return
-    table = Table("topic", "partitions", "messages", "consumer-group lag", title="topics")
+    table = Table("topic", "event", "partitions", "messages", "consumer-group lag", title="topics")
     for i in infos:
         lag = ", ".join(f"{g}: {n:,}" for g, n in sorted(i.lag.items())) or "-"
-        table.add_row(i.topic, str(i.partitions), f"{i.messages:,}", lag)
+        table.add_row(i.topic, i.event or "-", str(i.partitions), f"{i.messages:,}", lag)
     console.print(table)
 
 

@@ -2,8 +2,9 @@
 
 A message that fails to decode is published to `rl.dead_letters.v1` with its source topic,
 partition, offset, the reason and the raw bytes; the consumer then moves on. The dead letter's
-event_id derives from (topic, partition, offset), so a redelivered bad message after a crash
-produces the same id and idempotent readers count it once.
+event_id derives from (consumer, topic, partition, offset): a redelivered bad message after a
+crash produces the same id, so idempotent readers count it once, while two consumers of the
+same topic (the scheduler and the processors both read rewards) each record their rejection.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def dead_letter_batch(
     """The dead_letters event for one rejected record (pure: no I/O)."""
     headers = {k: v.decode(errors="replace") for k, v in (record.headers or ())}
     row = {
-        "event_id": make_event_id("dead_letter", record.topic, record.partition, record.offset),
+        "event_id": make_event_id(
+            "dead_letter", consumer_name, record.topic, record.partition, record.offset
+        ),
         "source_topic": record.topic,
         "source_partition": record.partition,
         "source_offset": record.offset,

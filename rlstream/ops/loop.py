@@ -27,6 +27,8 @@ from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.pretrain import build_corpus
 
 PROMPTS, CORPUS = get("prompts"), get("corpus")
+STOP_GRACE_S = 5.0  # children get this long after SIGTERM (the trainer saves; the scheduler
+# flushes Qdrant) before SIGKILL; they stop together, so Ctrl-C ends a run within it
 
 
 async def seed_topics(endpoints: Endpoints, cfg: Config, batch_rows: int = 2000) -> dict:
@@ -155,9 +157,10 @@ class Supervisor:
         return self.children[0]
 
     def stop(self) -> None:
-        for child in reversed(self.children):
-            if child.proc and child.proc.poll() is None:
-                procs.terminate(child.proc.pid, timeout_s=10)
+        """SIGTERM every child at once; SIGKILL what is left after STOP_GRACE_S (a second
+        Ctrl-C while waiting kills them at once)."""
+        alive = [c.proc.pid for c in self.children if c.proc and c.proc.poll() is None]
+        procs.terminate_all(alive, timeout_s=STOP_GRACE_S)
 
 
 def child_env(endpoints: Endpoints, cfg: Config, run_dir: Path | None = None) -> dict[str, str]:

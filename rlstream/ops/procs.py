@@ -61,15 +61,24 @@ def spawn(cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None) -
 
 def terminate(pid: int, timeout_s: float = 10.0) -> None:
     """SIGTERM the process and its descendants, then SIGKILL whatever is left after timeout."""
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    procs = [*root.children(recursive=True), root]
+    terminate_all([pid], timeout_s)
+
+
+def terminate_all(pids: Sequence[int], timeout_s: float = 10.0) -> None:
+    """SIGTERM every process and its descendants at once, wait for them together, then SIGKILL
+    whatever is left after timeout_s (a Ctrl-C during the wait kills them at once)."""
+    procs: list[psutil.Process] = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(pid)
+            procs += [*root.children(recursive=True), root]
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    try:
+        _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    except KeyboardInterrupt:
+        alive = procs
     for p in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()

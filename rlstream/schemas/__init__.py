@@ -1,7 +1,14 @@
 """Versioned Arrow event schemas, their registry, and the Kafka message codec."""
 
 from rlstream.schemas import events  # noqa: F401  (registers every event)
-from rlstream.schemas.codec import DEFAULT_MAX_MESSAGE_BYTES, Decoded, conform, decode, encode
+from rlstream.schemas.codec import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Decoded,
+    conform,
+    decode,
+    encode,
+    event_from_headers,
+)
 from rlstream.schemas.errors import (
     DecodeError,
     MissingRequiredValues,
@@ -32,6 +39,7 @@ __all__ = [
     "conform",
     "decode",
     "encode",
+    "event_from_headers",
     "envelope_columns",
     "get",
     "latest_events",

@@ -94,7 +94,7 @@ def decode(
             f"message is {len(value):,} bytes, over the {max_bytes:,}-byte limit; "
             "publish smaller batches (--batch-rows)"
         )
-    event = _event_from_headers(headers)
+    event = event_from_headers(headers)
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(value), options=_READ_OPTIONS)
         batches = list(reader)
@@ -112,7 +112,8 @@ def decode(
     return Decoded(event, batch)
 
 
-def _event_from_headers(headers: Headers | None) -> EventType:
+def event_from_headers(headers: Headers | None) -> EventType:
+    """The registered event a message's `event` and `schema_version` headers name."""
     found = {k: v for k, v in (headers or ())}
     raw_name = found.get("event")
     if raw_name is None:

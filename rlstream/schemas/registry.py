@@ -7,7 +7,7 @@ is an error. Topic names follow `rl.<plural-noun>.v<major>`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -30,6 +30,8 @@ class EventType:
     key: str
     partitions: int
     doc: str = ""
+    derived_topic: str | None = None
+    """set for a topic outside the live loop that carries this event (`reprocess --to`)"""
     required: frozenset[str] = field(init=False)
     required_indices: tuple[int, ...] = field(init=False)
 
@@ -40,7 +42,11 @@ class EventType:
 
     @property
     def topic(self) -> str:
-        return topic_name(self.name, self.version)
+        return self.derived_topic or topic_name(self.name, self.version)
+
+    def on_topic(self, topic: str) -> EventType:
+        """This event as carried by another topic (e.g. `rl.rewards.v1.rescored`)."""
+        return self if topic == self.topic else replace(self, derived_topic=topic)
 
     @property
     def payload_fields(self) -> list[pa.Field]:

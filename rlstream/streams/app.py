@@ -75,9 +75,10 @@ def header_list(headers) -> list[tuple[str, bytes]]:
 class Glue:
     """Decoding with dead-lettering, and emitting event batches, inside one faust app."""
 
-    def __init__(self, app: faust.App, consumer_name: str):
+    def __init__(self, app: faust.App, consumer_name: str, run_id: str | None = None):
         self.app = app
         self.consumer_name = consumer_name
+        self.run_id = run_id or "default"  # on the dead letters, so a run's reader finds them
         self.dead_letters = 0
         self._topics: dict[str, faust.TopicT] = {}
 
@@ -93,7 +94,9 @@ class Glue:
             return decode(event.value, header_list(event.headers))
         except DecodeError as error:
             record = _RecordView(message, event.key, event.value, header_list(event.headers))
-            batch = dead_letter_batch(record, error, consumer_name=self.consumer_name)
+            batch = dead_letter_batch(
+                record, error, consumer_name=self.consumer_name, run_id=self.run_id
+            )
             await self.emit(get("dead_letters"), batch)
             self.dead_letters += 1
             metrics.DEAD_LETTERS.labels(message.topic, error.kind).inc()

@@ -77,7 +77,7 @@ def rollout_rows(
 
 def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
     app = make_app(cfg.group("rollout-workers"), endpoints)
-    glue = Glue(app, consumer_name=f"{cfg.group('rollout-workers')}/{worker_id}")
+    glue = Glue(app, consumer_name=f"{cfg.group('rollout-workers')}/{worker_id}", run_id=cfg.run_id)
     follower = PolicyFollower(endpoints, cfg.run_id)
     generator = torch.Generator().manual_seed(
         cfg.seed * 1000 + zlib.crc32(worker_id.encode()) % 1000

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from rlstream import metrics
 from rlstream.config import Config
+from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore
@@ -289,9 +290,12 @@ class Scheduler:
             metrics.SCHEDULER_REQUESTS.inc(len(prompts))
             self.issued_rounds += 1
 
-    async def learn_from_rewards(self, demand: Demand) -> None:
-        """Feed completed groups' rewards back into the sampler; snapshot, then commit."""
-        c = consumer(self.endpoints, REWARDS.topic, group_id=self.cfg.group("scheduler"))
+    async def learn_from_rewards(self, demand: Demand, producer: EventProducer) -> None:
+        """Feed completed groups' rewards back into the sampler; snapshot, then commit. A reward
+        message that does not decode is dead-lettered with its reason."""
+        group = self.cfg.group("scheduler")
+        dead = DeadLetters(producer, consumer_name=group, run_id=self.cfg.run_id)
+        c = consumer(self.endpoints, REWARDS.topic, group_id=group)
         store = ObjectStore(self.endpoints)
         await c.start()
         try:
@@ -300,7 +304,8 @@ class Scheduler:
                     for record in records:
                         try:
                             rows = decode(record.value, record.headers).to_pylist()
-                        except DecodeError:
+                        except DecodeError as error:
+                            await dead.send(record, error)
                             continue
                         self._observe([r for r in rows if r["run_id"] == self.cfg.run_id])
                 if self.issued_rounds - self.saved_at >= self.cfg.checkpoint.every:
@@ -367,7 +372,7 @@ async def serve(cfg: Config, endpoints: Endpoints) -> None:
             await asyncio.gather(
                 follow_trainer(endpoints, cfg.run_id, demand),
                 scheduler.issue(producer, demand),
-                scheduler.learn_from_rewards(demand),
+                scheduler.learn_from_rewards(demand, producer),
             )
     finally:
         if follow is not None:

@@ -26,7 +26,7 @@ def build(app_id: str, names: list[str], cfg: ProcessorConfig, endpoints: Endpoi
     if unknown:
         raise SystemExit(f"unknown processor(s) {unknown}; known: {sorted(PROCESSORS)}")
     app = make_app(app_id, endpoints)
-    glue = Glue(app, consumer_name=app_id)
+    glue = Glue(app, consumer_name=app_id, run_id=cfg.run_id)
     for name in names:
         PROCESSORS[name](app, glue, cfg)
     return app

@@ -36,10 +36,30 @@ SMALL = [
 ]
 
 
+GARBAGE = b"\x00not an arrow stream (loop-it)"
+
+
+async def _publish_garbage(topics: list[str]) -> None:
+    """One undecodable message on each topic (no rlstream code on the producing side)."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=Endpoints.from_env().kafka_bootstrap)
+    await producer.start()
+    try:
+        for topic in topics:
+            await producer.send_and_wait(topic, GARBAGE, key=b"garbage", partition=0)
+    finally:
+        await producer.stop()
+
+
 @pytest.fixture(scope="module")
 def loop_run(stack_home, tmp_path_factory):
+    from rlstream.schemas import get
+
     out = tmp_path_factory.mktemp("runs")
     summary = out / "summary.json"
+    # every consumer of these topics reads them from the start: each must dead-letter this
+    asyncio.run(_publish_garbage([get("rewards").topic, get("experience").topic]))
     result = cli(
         "run",
         "--rl-steps",
@@ -98,6 +118,32 @@ def test_the_loop_completes_and_reports(loop_run):
     for t in targets:
         assert t["labels"]["job"] == "rlstream" and t["labels"]["run_id"] == "loop-it"
         assert served[t["labels"]["process"]] == f"http://{t['targets'][0]}/metrics"
+
+
+def test_undecodable_messages_are_dead_lettered_by_every_consumer(loop_run):
+    """The scheduler (rewards), the processors (rewards) and the trainer (experience) each
+    record the message they could not decode, with the run's id, and the loop went on."""
+    figures, _, _ = loop_run
+    letters = [r for r in _rows("dead_letters") if r["raw_value"] == GARBAGE]
+    found = {(r["consumer"], r["source_topic"]) for r in letters}
+    assert found >= {
+        ("rlstream-loop-it-scheduler", "rl.rewards.v1"),
+        ("rlstream-loop-it-processors", "rl.rewards.v1"),
+        ("rlstream-loop-it-trainer", "rl.experience.v2"),
+    }, found
+    assert all(r["error_kind"] and r["reason"] for r in letters)
+    assert figures["completed"]
+
+
+def test_no_artifact_of_the_run_holds_the_s3_secret(loop_run):
+    """Logs, reports, summaries, configs, plots and metrics files: none carries the S3 key."""
+    _, out, result = loop_run
+    secret = Endpoints.from_env().s3_secret_key.encode()
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) >= 8 and any(p.suffix == ".log" for p in files)
+    leaking = [str(p) for p in files if secret in p.read_bytes()]
+    assert not leaking
+    assert secret.decode() not in result.stdout + result.stderr
 
 
 def test_environment_state_is_in_qdrant(loop_run):
@@ -337,6 +383,25 @@ def test_reprocess_rescored_rollouts_without_touching_the_live_group(loop_run, t
     bad = cli("reprocess", "score_rollouts", "--to", "rl.rewards.v1", check=False)
     assert bad.returncode == 2 and "a live topic" in bad.stderr
 
+    # the derived topic is first-class: listed with its event, tailed, replayed
+    infos = {i["topic"]: i for i in json.loads(cli("topics", "--json").stdout)}
+    assert infos[target]["event"] == "rewards v1" and infos[target]["messages"] > 0
+    assert infos["rl.rewards.v1"]["event"] == "rewards v1"
+    tailed = [json.loads(line) for line in cli("tail", target, "--json").stdout.splitlines()]
+    assert {(r["request_id"], r["sample_idx"]) for r in tailed} == {
+        (r["request_id"], r["sample_idx"]) for r in rescored
+    }
+    assert {r["verifier"] for r in tailed if r["run_id"] == "loop-it"} == {"v2"}
+    out = tmp_path / "rescored.parquet"
+    cli("replay", target, "--out", str(out))
+    import pyarrow.parquet as pq
+
+    replayed = pq.read_table(out)
+    assert replayed.num_rows == len(rescored) and "reward" in replayed.column_names
+    missing = cli("tail", "rl.rewards.v1.nothing-here", check=False)
+    assert missing.returncode == 2 and "unknown topic" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
 
 async def _topic_rows(topic: str) -> list[dict]:
     from rlstream.connectors.reading import ReadRange, read_topic
@@ -492,3 +557,56 @@ def test_resume_continues_from_the_last_checkpoint(loop_run):
     assert f"resumed at step {figures['pretrain_steps'] + STEPS}" in log
     missing = cli("run", "--resume", "no-such-run", "--out", str(out), check=False)
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
+
+
+def test_ctrl_c_stops_the_run_and_every_child(stack_home, tmp_path):
+    """SIGINT to the run's process group, as a terminal's Ctrl-C sends it: the run exits with
+    130 and leaves no process of the run behind (children are stopped together)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    run_id = "loop-ctrl-c"
+    args = [sys.executable, "-m", "rlstream.cli", "run", "--rl-steps", "50", "--run-id", run_id]
+    run = subprocess.Popen(
+        [*args, "--out", str(tmp_path), *SMALL],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and run.poll() is None:
+            rows = _rows_of(run_id, "policy_versions")
+            if any(r["phase"] == "rl" and r["step"] >= 2 for r in rows):
+                break
+            time.sleep(1)
+        kids = psutil.Process(run.pid).children(recursive=True)
+        children = [p.pid for p in kids]
+        assert len(children) >= 5  # trainer, scheduler, processors, two rollout workers
+        secret = Endpoints.from_env().s3_secret_key
+        assert not any(secret in " ".join(p.cmdline()) for p in kids)  # keys go by environment
+        os.killpg(run.pid, signal.SIGINT)
+        assert run.wait(120) == 130, run.stderr.read()[-3000:]
+        assert "interrupted" in run.stderr.read()
+        left = [
+            p for p in psutil.process_iter(["cmdline"]) if _of_run(p.info["cmdline"] or [], run_id)
+        ]
+        assert not left and not any(_alive(pid) for pid in children)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -17,6 +17,7 @@ from rlstream.schemas import (
     all_events,
     decode,
     encode,
+    event_from_headers,
     get,
 )
 from tests.unit.samples import sample_batch
@@ -197,3 +198,14 @@ def test_random_batches_round_trip(event):
         assert decoded.batch.num_rows == len(rows)
 
     check()
+
+
+def test_an_event_on_a_derived_topic_keeps_its_schema_and_headers():
+    rewards = get("rewards")
+    derived = rewards.on_topic("rl.rewards.v1.rescored")
+    assert derived.topic == "rl.rewards.v1.rescored" and rewards.topic == "rl.rewards.v1"
+    assert derived.schema == rewards.schema and derived.required == rewards.required
+    assert rewards.on_topic(rewards.topic) is rewards
+    value, headers = encode(derived, sample_batch(derived))
+    assert event_from_headers(headers) is rewards  # decoded as the registered event
+    assert decode(value, headers).event is rewards

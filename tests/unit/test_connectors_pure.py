@@ -111,6 +111,8 @@ def test_dead_letter_batch_keeps_source_reason_and_raw_bytes():
     assert json.loads(row["raw_headers"]) == {"event": "rollouts"}
     again = dead_letter_batch(record, NotArrow("other words"), consumer_name="test")
     assert again.column("event_id").equals(batch.column("event_id"))  # idempotent
+    other = dead_letter_batch(record, NotArrow("x"), consumer_name="another-consumer")
+    assert not other.column("event_id").equals(batch.column("event_id"))  # each consumer's own
 
 
 def test_request_ids_carry_their_round():
