@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,12 +65,22 @@ def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> N
                 await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
 
 
+DONE_RETENTION_S = 3600.0
+"""How long the assembler remembers a completed request, to drop later copies of its group.
+A copy comes from at-least-once redelivery after a crash, within the restart time."""
+SWEEP_EVERY = 256
+"""Completed groups between sweeps of expired done markers (keeps the table bounded)."""
+
+
 def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> None:
     """Join rollouts and rewards per request (both keyed by prompt_id, so co-partitioned).
 
     Half-joined groups wait in a faust table backed by a changelog topic, so a restarted
-    assembler resumes them. A complete group is archived (idempotent object name) and then
-    published; both repeat harmlessly if the process dies before the offset is committed.
+    assembler resumes them. A complete group is archived and published, and its request is
+    marked done: a later copy of the group (a rollout worker killed before its commit rolls the
+    request again, with new completions) is dropped, so the topic and the archive hold one
+    version of each group. Both the archive and the publish repeat harmlessly if this process
+    dies before its offset is committed (same object name, same event ids).
     """
     source = raw_topic(app, ROLLOUTS.topic, REWARDS.topic)
     # bytes types, not a raw Schema: a Table takes its changelog serializers from key_type and
@@ -82,19 +93,26 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
         key_type=bytes,
         value_type=bytes,
     )
+    completed = 0
 
     @app.agent(source, name="assemble_experience")
     async def assemble(stream):
+        nonlocal completed
         async for event in stream.events():
             decoded = await glue.decode(event)
             if decoded is None:
                 continue
             metrics.PROCESSOR_EVENTS.labels("assemble_experience").inc()
             kind = decoded.event.name  # "rollouts" or "rewards"
+            partition = event.message.partition
             for request_id, rows in _by_request(cfg.ours(decoded.to_pylist())).items():
                 key = request_id.encode()
                 held = _load(pending.get(key))
-                held[kind] += rows
+                dropped = absorb(held, kind, rows)
+                if dropped:
+                    metrics.PROCESSOR_DUPLICATES.labels("assemble_experience").inc(dropped)
+                if "done_at" in held:
+                    continue
                 group = _complete(held)
                 if group is None:
                     pending[key] = _dump(held)
@@ -105,7 +123,41 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
                     name = experience_object(first["run_id"], first["policy_version"], request_id)
                     await asyncio.to_thread(cfg.store.put_parquet, name, batch)
                 await glue.emit(EXPERIENCE, batch, topic=cfg.sink)
-                del pending[key]
+                pending[key] = _dump({"done_at": time.time(), "partition": partition})
+                completed += 1
+                if completed % SWEEP_EVERY == 0:
+                    _sweep(pending, partition, time.time() - DONE_RETENTION_S)
+
+
+def absorb(held: dict, kind: str, rows: list[dict]) -> int:
+    """Add one side's rows to a held group, first copy wins; returns the rows dropped.
+
+    A worker emits a group's G rollouts in one message and score_rollouts scores messages in
+    order, so on each side the first copy of a sample is the same copy: keeping the first (never
+    the last) pairs every completion with its own reward. Rows for a done request are dropped.
+    """
+    if "done_at" in held:
+        return len(rows)
+    have = {r["sample_idx"] for r in held[kind]}
+    fresh = []
+    for row in rows:
+        if row["sample_idx"] not in have:
+            have.add(row["sample_idx"])
+            fresh.append(row)
+    held[kind] += fresh
+    return len(rows) - len(fresh)
+
+
+def _sweep(pending, partition: int, before: float) -> None:
+    """Forget done markers older than `before` that were written from this partition (a
+    tombstone must go to the changelog partition the marker went to)."""
+    expired = []
+    for key, value in pending.items():
+        held = _load(value)
+        if held.get("partition") == partition and held.get("done_at", before) < before:
+            expired.append(key)
+    for key in expired:
+        del pending[key]
 
 
 def _by_request(rows: list[dict]) -> dict[str, list[dict]]:
@@ -126,11 +178,11 @@ def _complete(held: dict[str, list[dict]]) -> list[dict] | None:
     return None
 
 
-def _load(value: bytes | None) -> dict[str, list[dict]]:
+def _load(value: bytes | None) -> dict:
     return json.loads(value) if value else {"rollouts": [], "rewards": []}
 
 
-def _dump(held: dict[str, list[dict]]) -> bytes:
+def _dump(held: dict) -> bytes:
     return json.dumps(held).encode()
 
 

@@ -87,3 +87,24 @@ def test_latency_percentiles():
     figures = latency(requests, experience)
     assert figures["request_to_experience_p50_ms"] == pytest.approx(50.5, abs=0.6)
     assert figures["request_to_experience_p99_ms"] == pytest.approx(99.0, abs=1.1)
+
+
+def test_a_redelivered_copy_of_a_group_never_mixes_with_the_first():
+    """A worker killed before its commit rolls the request again: the assembler may see both
+    copies' rollouts before either's rewards. The first copy wins on both sides, so every
+    completion keeps its own reward, and once done the request drops all later rows."""
+    from rlstream.streams.processors import _complete, _load, absorb
+
+    first, second = _rollouts(["ANSWER", "0"]), _rollouts(["0", "ANSWER"])
+    for row in second:
+        row["completion_tokens"] = [9, 9, 9]
+    held = _load(None)
+    assert absorb(held, "rollouts", first) == 0
+    assert absorb(held, "rollouts", second) == 2
+    assert _complete(held) is None
+    assert absorb(held, "rewards", score_rollouts(first)) == 0
+    group = _complete(held)
+    assert [(r["completion_tokens"], r["reward"]) for r in group] == [([2, 3], 1.0), ([2, 3], 0.0)]
+    assert absorb(held, "rewards", score_rollouts(second)) == 2
+    done = {"done_at": 1.0, "partition": 0}
+    assert absorb(done, "rollouts", second) == 2 and "rollouts" not in done
