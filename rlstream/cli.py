@@ -122,6 +122,15 @@ def run(
     reward_rules: Path | None = typer.Option(
         None, help="rl.reward_rules: JSON reward rules that score_rollouts applies."
     ),
+    prompts: str | None = typer.Option(
+        None, help="data.prompts: a JSONL/CSV/Parquet file, or topic:DATASET [default: generated]."
+    ),
+    corpus: str | None = typer.Option(
+        None, help="data.corpus: pre-training documents, a file or topic:DATASET."
+    ),
+    dataset: str | None = typer.Option(
+        None, help="data.dataset: the dataset name [default: the file's stem]."
+    ),
     workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
     seed: int | None = typer.Option(None, help="Seed of splits, corpus, init and sampling."),
     out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
@@ -148,6 +157,7 @@ def run(
         config, overrides, rl__steps=rl_steps, data__tasks=tasks, selection__sampler=sampler,
         rl__algo=algo, rl__hybrid=hybrid, rl__reward_rules=None if reward_rules is None else
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
+        data__prompts=_source(prompts), data__corpus=_source(corpus), data__dataset=dataset,
         run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
     )  # fmt: skip
     try:
@@ -163,6 +173,13 @@ def run(
     write_summary(summary, figures)
     if not figures.get("completed"):
         raise typer.Exit(1)
+
+
+def _source(value: str | None) -> str | None:
+    """A data source as the run's processes see it: files absolute, topic:NAME as given."""
+    if value is None or value.startswith("topic:"):
+        return value
+    return str(Path(value).resolve())
 
 
 @config_app.command("show")
@@ -385,15 +402,21 @@ def publish(
     topic: str = typer.Option("prompts", "--topic", "-t", help="Short or full topic name."),
     batch_rows: int = typer.Option(256, min=1, max=100_000, help="Rows per Kafka message."),
     run_id: str = typer.Option("default", help="Run id written into every event's envelope."),
+    dataset: str | None = typer.Option(
+        None, help="Dataset the rows join (prompts, corpus): `rlstream run --prompts topic:NAME`."
+    ),
     summary: Path | None = SummaryOpt,
 ) -> None:
-    """Validate rows from FILE and publish them as Arrow events; bad rows are reported."""
+    """Validate rows from FILE and publish them as Arrow events; bad rows are reported.
+    Prompts are also checked for a verifier that can read their answer."""
     import time
 
     from rlstream.connectors.files import count_rows
-    from rlstream.ops.publish import publish_file
+    from rlstream.ops.publish import publish_file, verifier_check
 
     event = event_for(topic)
+    if dataset is not None and "dataset" not in event.schema.names:
+        raise typer.BadParameter(f"--dataset: {event.topic} rows have no dataset (prompts, corpus)")
     total = count_rows(file)
     with _rate_progress() as progress:
         task = progress.add_task(f"publish → {event.topic}", total=total, rate="")
@@ -405,7 +428,7 @@ def publish(
 
         report = asyncio.run(
             publish_file(endpoints(), file, event, batch_rows=batch_rows, run_id=run_id,
-                         on_progress=on_progress)
+                         dataset=dataset, check=verifier_check(event), on_progress=on_progress)
         )  # fmt: skip
     for where, reason in report.bad_rows[:50]:
         err.print(f"[yellow]skipped[/] {file.name} {where}: {reason}")
@@ -628,6 +651,8 @@ def bench_loop(
     cfg = trainer_commands.build_config(
         config, overrides, run_id=rid, rl__steps=rl_steps, loop__rollout_workers=workers
     )
+    if compare_local:
+        trainer_commands.streaming_only(cfg, "`bench loop`'s in-process twin")
     workers = cfg.loop.rollout_workers
     runs = []
     for i in range(repeats):

@@ -75,12 +75,46 @@ class DataConfig:
     """pre-training documents (worked solutions from the train split)"""
     flaw_rate: float = 0.65
     """share of flawable documents written with their family's systematic mistake"""
+    prompts: str | None = None
+    """the run's prompts: a JSONL/CSV/Parquet file (published to rl.prompts.v1 first) or
+    topic:DATASET (already there, from any producer); unset: generated from data.tasks"""
+    corpus: str | None = None
+    """pre-training documents: a file or topic:DATASET like data.prompts; unset: the generated
+    corpus, or (with data.prompts) the train prompts written out with their answers"""
+    dataset: str | None = None
+    """the dataset name the run's prompts and documents carry; unset: from data.prompts (a
+    file's stem, topic:NAME's NAME), or generated-<run_id>"""
+    heldout_frac: float = 0.2
+    """share of a user dataset's prompts held out for evaluation when its rows carry no split
+    (chosen by prompt_id, so the same prompts in every run)"""
 
     def __post_init__(self):
+        from rlstream.trainers.envs import TaskMix
+
         _at_least("data", "pool_size", self.pool_size, 1)
         _at_least("data", "corpus_docs", self.corpus_docs, 1)
         if not 0 <= self.flaw_rate <= 1:
             raise ConfigError(f"data.flaw_rate: {self.flaw_rate!r} must be in [0, 1]")
+        if not 0 < self.heldout_frac < 1:
+            raise ConfigError(f"data.heldout_frac: {self.heldout_frac!r} must be in (0, 1)")
+        try:
+            TaskMix.parse(self.tasks)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"data.tasks: {exc.args[0]}") from None
+        for name in ("prompts", "corpus"):
+            source = getattr(self, name)
+            if source is None or source.startswith("topic:"):
+                if source == "topic:":
+                    raise ConfigError(f"data.{name}: give the dataset, topic:NAME")
+                continue
+            if not Path(source).is_file():
+                raise ConfigError(
+                    f"data.{name}: no such file {source!r}; give a JSONL, CSV or Parquet file "
+                    "or topic:DATASET"
+                )
+            if Path(source).suffix.lower() not in (".jsonl", ".ndjson", ".json", ".csv",
+                                                    ".parquet", ".pq"):  # fmt: skip
+                raise ConfigError(f"data.{name}: {source!r} is not .jsonl, .csv or .parquet")
 
 
 @dataclass

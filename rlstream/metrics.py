@@ -42,6 +42,9 @@ POLICY_VERSION = Gauge(
 SCHEDULER_REQUESTS = Counter(
     "rlstream_scheduler_requests_total", "Rollout requests (prompt groups) issued."
 )
+SCHEDULER_POOL = Gauge(
+    "rlstream_scheduler_pool_prompts", "Prompts in the scheduler's pool (grows as users publish)."
+)
 SCHEDULER_IN_FLIGHT = Gauge(
     "rlstream_scheduler_in_flight_groups", "Groups issued but not yet consumed by the trainer."
 )

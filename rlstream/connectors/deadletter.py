@@ -26,14 +26,19 @@ DEAD_LETTERS = get("dead_letters")
 
 
 def dead_letter_batch(
-    record: ConsumerRecord, error: DecodeError, *, consumer_name: str, run_id: str = "default"
+    record: ConsumerRecord,
+    error: DecodeError,
+    *,
+    consumer_name: str,
+    run_id: str = "default",
+    part: int | None = None,
 ) -> pa.RecordBatch:
-    """The dead_letters event for one rejected record (pure: no I/O)."""
+    """The dead_letters event for one rejected record, or for row `part` of it when the
+    consumer refuses single rows of a good message (pure: no I/O)."""
     headers = {k: v.decode(errors="replace") for k, v in (record.headers or ())}
+    where = (record.topic, record.partition, record.offset) + (() if part is None else (part,))
     row = {
-        "event_id": make_event_id(
-            "dead_letter", consumer_name, record.topic, record.partition, record.offset
-        ),
+        "event_id": make_event_id("dead_letter", consumer_name, *where),
         "source_topic": record.topic,
         "source_partition": record.partition,
         "source_offset": record.offset,
@@ -56,9 +61,11 @@ class DeadLetters:
         self.run_id = run_id
         self.count = 0
 
-    async def send(self, record: ConsumerRecord, error: DecodeError) -> None:
+    async def send(
+        self, record: ConsumerRecord, error: DecodeError, part: int | None = None
+    ) -> None:
         batch = dead_letter_batch(
-            record, error, consumer_name=self.consumer_name, run_id=self.run_id
+            record, error, consumer_name=self.consumer_name, run_id=self.run_id, part=part
         )
         await self.producer.send(DEAD_LETTERS, batch)
         self.count += 1

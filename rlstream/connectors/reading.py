@@ -129,6 +129,12 @@ async def read_topic(
 async def read_run_rows(endpoints: Endpoints, topic: str, run_id: str) -> list[dict]:
     """The decoded rows of `run_id` on `topic`, read from the beginning to the highwater.
     Undecodable messages are skipped (their consumers dead-letter them)."""
+    return await read_rows_where(endpoints, topic, lambda row: row["run_id"] == run_id)
+
+
+async def read_rows_where(endpoints: Endpoints, topic: str, keep) -> list[dict]:
+    """The decoded rows on `topic` for which `keep(row)`, from the beginning to the highwater.
+    Undecodable messages are skipped (their consumers dead-letter them)."""
     from rlstream.schemas import DecodeError, decode
 
     rows = []
@@ -137,7 +143,7 @@ async def read_run_rows(endpoints: Endpoints, topic: str, run_id: str) -> list[d
             batch = decode(record.value, record.headers).to_pylist()
         except DecodeError:
             continue
-        rows += [r for r in batch if r["run_id"] == run_id]
+        rows += [r for r in batch if keep(r)]
     return rows
 
 

@@ -14,42 +14,80 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlstream import metrics
 from rlstream.config import Config, show
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import EventProducer
+from rlstream.connectors.reading import read_rows_where
 from rlstream.ops import procs
-from rlstream.schemas import get, make_event_id, rows_to_batch
-from rlstream.trainers.envs import TaskMix, sample_prompts
-from rlstream.trainers.pretrain import build_corpus
+from rlstream.ops.publish import publish_file
+from rlstream.schemas import get
 
 PROMPTS, CORPUS = get("prompts"), get("corpus")
+BAD_ROWS_SHOWN = 20  # refused rows listed in the summary and report (all are counted)
 STOP_GRACE_S = 5.0  # children get this long after SIGTERM (the trainer saves; the scheduler
 # flushes Qdrant) before SIGKILL; they stop together, so Ctrl-C ends a run within it
 
 
-async def seed_topics(endpoints: Endpoints, cfg: Config, batch_rows: int = 2000) -> dict:
-    """Publish the run's prompt pool and pre-training corpus (deterministic from the seed)."""
-    mix = TaskMix.parse(cfg.data.tasks)
-    pool = sample_prompts(mix, cfg.data.pool_size, "train", cfg.seed, unique=False)
-    prompts = [
-        p.to_row() | {"split": "train", "event_id": make_event_id("pool", cfg.run_id, i)}
-        for i, p in enumerate(pool)
-    ]
-    docs = build_corpus(mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed)
-    corpus = [
-        {"doc_id": f"{cfg.run_id}-doc-{i:08d}", "text": d, "source": "generator"}
-        for i, d in enumerate(docs)
-    ]
-    async with EventProducer(endpoints) as producer:
-        for event, rows in ((PROMPTS, prompts), (CORPUS, corpus)):
-            for i in range(0, len(rows), batch_rows):
-                batch = rows_to_batch(event, rows[i : i + batch_rows], run_id=cfg.run_id)
-                await producer.send(event, batch)
-    return {"prompts_published": len(prompts), "corpus_published": len(corpus)}
+def with_dataset(cfg: Config) -> Config:
+    """The config with data.dataset named (`datasets.dataset_name`), as every process reads it."""
+    from rlstream.trainers.datasets import dataset_name
+
+    return replace(cfg, data=replace(cfg.data, dataset=dataset_name(cfg)))
+
+
+async def seed_topics(endpoints: Endpoints, cfg: Config, out: Path) -> dict:
+    """Publish the run's data like any user: generated prompts and corpus are written to
+    `<run>/data/*.jsonl` first; files named by data.prompts / data.corpus go as they are;
+    topic:DATASET sources are already on the topics. Bad rows are reported, not fatal."""
+    from rlstream.trainers.datasets import generated_corpus_rows, generated_prompt_rows
+
+    dataset, data_dir = cfg.data.dataset, out / "data"
+    prompts, corpus = cfg.data.prompts, cfg.data.corpus
+    if prompts is None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        prompts = str(write_jsonl(data_dir / "prompts.jsonl", generated_prompt_rows(cfg, dataset)))
+        if corpus is None:
+            rows = generated_corpus_rows(cfg, dataset)
+            corpus = str(write_jsonl(data_dir / "corpus.jsonl", rows))
+    figures: dict = {"dataset": dataset, "bad_rows": {}}
+    for event, source in ((PROMPTS, prompts), (CORPUS, corpus)):
+        if source is None or source.startswith("topic:"):
+            continue
+        report = await publish_file(
+            endpoints, Path(source), event, batch_rows=2000, run_id=cfg.run_id, dataset=dataset,
+            check=run_admission(cfg) if event is PROMPTS else None,
+        )  # fmt: skip
+        figures[f"{event.name}_published"] = report.rows_published
+        if report.bad_rows:
+            figures["bad_rows"][str(source)] = report.bad_rows[:BAD_ROWS_SHOWN]
+            figures[f"{event.name}_refused"] = len(report.bad_rows)
+    return figures
+
+
+def run_admission(cfg: Config):
+    """A row check for `publish_file`: the prompts this run cannot train on are refused."""
+    from rlstream.schemas import RowError
+    from rlstream.trainers.datasets import prompt_problem
+    from rlstream.trainers.model import CharTokenizer
+
+    tok, room = CharTokenizer(), cfg.model.block_size - cfg.rl.max_new_tokens
+
+    def check(row: dict) -> None:
+        problem = prompt_problem(row, tok, room)
+        if problem:
+            raise RowError(problem)
+
+    return check
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return path
 
 
 @dataclass
@@ -192,13 +230,14 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     from rlstream.ops.run import stack_or_endpoints
     from rlstream.ops.watch import RunWatcher
 
+    cfg = with_dataset(cfg)
     out = (out_root / cfg.run_id).resolve()
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = cfg.write(out / "config.json")
     (out / "config.yaml").write_text(show(cfg))
     started = time.monotonic()
     with stack_or_endpoints(out / "stack") as (endpoints, embedded):
-        seeded = asyncio.run(seed_topics(endpoints, cfg))
+        seeded = asyncio.run(seed_topics(endpoints, cfg, out))
         watcher = RunWatcher(endpoints, cfg.run_id).start()
         sup = Supervisor(
             cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.loop.rollout_workers
@@ -301,6 +340,9 @@ def collect(endpoints: Endpoints, cfg: Config) -> dict:
     archived = archive.column("event_id").to_pylist() if archive.num_rows else []
     published_ids = {r["event_id"] for r in published}
     requests = asyncio.run(_run_rows(endpoints, "rollout_requests", cfg.run_id))
+    prompts = asyncio.run(
+        read_rows_where(endpoints, PROMPTS.topic, lambda r: r["dataset"] == cfg.data.dataset)
+    )
     figures = {"run_id": cfg.run_id, "sampler": cfg.selection.sampler, **trainer}
     figures |= {
         "experience_published": len(published_ids),
@@ -309,4 +351,39 @@ def collect(endpoints: Endpoints, cfg: Config) -> dict:
         "archive_duplicates": len(archived) - len(set(archived)),
         "archive_matches_topic": set(archived) == published_ids,
     }
-    return figures | latency(requests, published) | qdrant_figures(endpoints, cfg)
+    figures |= latency(requests, published) | joined_mid_run(prompts, requests, cfg)
+    return figures | qdrant_figures(endpoints, cfg)
+
+
+def joined_mid_run(prompts: list[dict], requests: list[dict], cfg: Config) -> dict:
+    """Train prompts of the dataset published after the run's first rollout request: how many,
+    how many were requested since, and publish -> first request latency (p50, max; ms)."""
+    import numpy as np
+
+    from rlstream.trainers.datasets import prompt_problem, split_of_row
+    from rlstream.trainers.model import CharTokenizer
+
+    if not requests:
+        return {}
+    tok, room = CharTokenizer(), cfg.model.block_size - cfg.rl.max_new_tokens
+    start = min(r["produced_at"] for r in requests)
+    first: dict[str, object] = {}
+    for r in requests:
+        if r["prompt_id"] not in first or r["produced_at"] < first[r["prompt_id"]]:
+            first[r["prompt_id"]] = r["produced_at"]
+    late = {}
+    for p in prompts:
+        if p["produced_at"] <= start or split_of_row(p, cfg.data.heldout_frac) != "train":
+            continue
+        if not prompt_problem(p, tok, room):  # refused ones are dead letters, not late prompts
+            late.setdefault(p["prompt_id"], p["produced_at"])
+    waits = [
+        (first[pid] - at).total_seconds() * 1000
+        for pid, at in late.items()
+        if pid in first and first[pid] >= at
+    ]
+    out = {"prompts_published_mid_run": len(late), "mid_run_prompts_requested": len(waits)}
+    if waits:
+        out["publish_to_first_request_p50_ms"] = round(float(np.percentile(waits, 50)), 1)
+        out["publish_to_first_request_max_ms"] = round(max(waits), 1)
+    return out

@@ -15,9 +15,7 @@ from pathlib import Path
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.files import read_rows
 from rlstream.connectors.kafka import EventProducer
-from rlstream.schemas import EventType, RowError, coerce_row, make_event_id, rows_to_batch
-
-_KEY_FROM_TEXT = {"prompt_id", "doc_id"}  # ids that may be derived from the text when absent
+from rlstream.schemas import EventType, RowError, prepare_row, rows_to_batch
 
 
 @dataclass
@@ -47,13 +45,6 @@ class PublishReport:
         }
 
 
-def prepare_row(event: EventType, data: dict) -> dict:
-    """Coerce a user row and derive a missing text-keyed id (prompt_id, doc_id)."""
-    if event.key in _KEY_FROM_TEXT and not data.get(event.key) and data.get("text"):
-        data = {**data, event.key: make_event_id(event.name, data["text"])[:16]}
-    return coerce_row(event, data)
-
-
 async def publish_file(
     endpoints: Endpoints,
     path: Path,
@@ -61,11 +52,15 @@ async def publish_file(
     *,
     batch_rows: int = 256,
     run_id: str = "default",
+    dataset: str | None = None,
+    check: Callable[[dict], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> PublishReport:
     """Publish every good row of `path` as `event`; report the bad ones.
 
-    `on_progress(rows_read)` is called after each published message.
+    `dataset` tags every row (see `prepare_row`); `check(row)` may refuse a row by raising
+    RowError (`rlstream run` refuses prompts it cannot train on); `on_progress(rows_read)` is
+    called after each published message.
     """
     report = PublishReport(topic=event.topic)
     started = time.perf_counter()
@@ -87,7 +82,10 @@ async def publish_file(
                 report.bad_rows.append((row.where, row.error))
                 continue
             try:
-                pending.append(prepare_row(event, row.data))
+                prepared = prepare_row(event, row.data, dataset)
+                if check is not None:
+                    check(prepared)
+                pending.append(prepared)
             except RowError as exc:
                 report.bad_rows.append((row.where, str(exc)))
                 continue
@@ -99,3 +97,17 @@ async def publish_file(
         on_progress(report.rows_read)
     report.wall_s = time.perf_counter() - started
     return report
+
+
+def verifier_check(event: EventType) -> Callable[[dict], None] | None:
+    """For prompts: refuse a row no verifier can check (`verifier_problem`)."""
+    if event.name != "prompts":
+        return None
+    from rlstream.trainers.datasets import verifier_problem
+
+    def check(row: dict) -> None:
+        problem = verifier_problem(row)
+        if problem:
+            raise RowError(problem)
+
+    return check

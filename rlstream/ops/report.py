@@ -75,6 +75,11 @@ def write_report(out: Path, summary: dict, view: RunView) -> Path:
     if by_task:
         lines += ["", "| task | final greedy accuracy |", "|---|---|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in sorted(by_task.items())]
+    refused = summary.get("bad_rows") or {}
+    if refused:
+        lines += ["", "## Rows refused at publish", ""]
+        for source, rows in refused.items():
+            lines += [f"- `{source}` {where}: {reason}" for where, reason in rows]
     lines += ["", f"Plots: `{plot.name}`. Logs of every process: `logs/`."]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")

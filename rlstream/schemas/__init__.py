@@ -20,7 +20,13 @@ from rlstream.schemas.errors import (
     UnknownVersion,
 )
 from rlstream.schemas.registry import EventType, all_events, get, latest_events, resolve_topic
-from rlstream.schemas.rows import coerce_row, envelope_columns, make_event_id, rows_to_batch
+from rlstream.schemas.rows import (
+    coerce_row,
+    envelope_columns,
+    make_event_id,
+    prepare_row,
+    rows_to_batch,
+)
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -44,6 +50,7 @@ __all__ = [
     "get",
     "latest_events",
     "make_event_id",
+    "prepare_row",
     "resolve_topic",
     "rows_to_batch",
 ]

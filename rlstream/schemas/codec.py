@@ -44,13 +44,15 @@ def headers_for(event: EventType) -> list[tuple[str, bytes]]:
 def conform(event: EventType, data: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     """Return `data` as one RecordBatch with exactly the event's schema, or raise SchemaMismatch.
 
-    Columns may be in any order and of castable types (int64 -> int32, say); missing or extra
-    columns are an error. Required columns must hold no nulls (MissingRequiredValues).
+    Columns may be in any order and of castable types (int64 -> int32, say); a missing optional
+    column is all null; a missing required column or an extra one is an error. Required columns
+    must hold no nulls (MissingRequiredValues).
     """
     if isinstance(data, pa.Table):
         data = data.combine_chunks()
         batches = data.to_batches()
         data = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=event.schema)
+    data = with_optional_columns(event, data)
     schema = data.schema
     if schema.equals(event.schema):
         pass
@@ -69,6 +71,25 @@ def conform(event: EventType, data: pa.RecordBatch | pa.Table) -> pa.RecordBatch
         data = pa.RecordBatch.from_arrays(data.columns, schema=event.schema)
     _check_required(event, data)
     return data
+
+
+def with_optional_columns(event: EventType, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` with the event's optional columns it lacks added as nulls, in schema order.
+
+    This is the compatible evolution within a schema version: a field added as optional
+    leaves older producers' messages (and producers that omit optional columns) valid.
+    Anything else (a missing required column, an extra column) is left for the caller.
+    """
+    names = set(batch.schema.names)
+    missing = [f for f in event.schema if f.name not in names]
+    if not missing or any(not f.nullable for f in missing) or names - set(event.schema.names):
+        return batch
+    columns = [
+        batch.column(f.name) if f.name in names else pa.nulls(batch.num_rows, f.type)
+        for f in event.schema
+    ]
+    fields = [batch.schema.field(f.name) if f.name in names else f for f in event.schema]
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
 
 
 def encode(event: EventType, data: pa.RecordBatch | pa.Table) -> tuple[bytes, list]:
@@ -102,7 +123,7 @@ def decode(
         raise errors.NotArrow(f"value is not an Arrow IPC stream: {exc}") from None
     if len(batches) != 1:
         raise errors.NotArrow(f"Arrow stream holds {len(batches)} record batches, expected 1")
-    batch = batches[0]
+    batch = with_optional_columns(event, batches[0])
     schema = batch.schema
     if not schema.equals(event.schema) and not _same_types(schema, event.schema):
         raise errors.SchemaMismatch(

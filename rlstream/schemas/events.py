@@ -40,7 +40,8 @@ PROMPTS = register(
         req("task", STR),
         opt("difficulty", I32),
         opt("answer", STR),  # ground truth for the verifier; absent for open-ended prompts
-        opt("split", STR),  # train / heldout
+        opt("split", STR),  # train / heldout; absent: carved from prompt_id (data.heldout_frac)
+        opt("dataset", STR),  # the pool a run selects from (`rlstream run --dataset`)
         opt("metadata", STR),  # JSON object with any further columns the user supplied
     ],
     key="prompt_id",
@@ -187,6 +188,8 @@ CORPUS = register(
         req("text", STR),
         req("source", STR),  # generator / rollout / user
         opt("task", STR),
+        opt("dataset", STR),
+        opt("split", STR),  # train / validation (the plateau detector's documents)
     ],
     key="doc_id",
     partitions=2,

@@ -158,6 +158,23 @@ def coerce_row(event: EventType, row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_KEY_FROM_TEXT = {"prompt_id", "doc_id"}  # ids that may be derived from the text when absent
+
+
+def prepare_row(event: EventType, data: dict, dataset: str | None = None) -> dict:
+    """Coerce a user row and derive a missing text-keyed id (prompt_id, doc_id). With a
+    dataset, the row carries it (unless it names its own) and a missing event id derives from
+    (dataset, key): publishing the same prompt to the dataset again does not duplicate it."""
+    if event.key in _KEY_FROM_TEXT and not data.get(event.key) and data.get("text"):
+        data = {**data, event.key: make_event_id(event.name, data["text"])[:16]}
+    row = coerce_row(event, data)
+    if dataset is not None and "dataset" in event.schema.names:
+        row.setdefault("dataset", dataset)
+        if row.get("event_id") is None and row.get(event.key) is not None:
+            row["event_id"] = make_event_id(event.name, row["dataset"], row[event.key])
+    return row
+
+
 def rows_to_batch(
     event: EventType,
     rows: Sequence[Mapping[str, Any]],

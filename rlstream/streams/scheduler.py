@@ -2,7 +2,9 @@
 
     python -m rlstream.streams.scheduler --config config.json
 
-The prompt pool is what the run published to rl.prompts.v1 (train split). Each round the
+The prompt pool is the run's dataset on rl.prompts.v1 (train split), followed for the whole
+run: prompts published while it runs join the pool within a poll, prompts the run cannot train
+on are dead-lettered with the reason (`PromptFeed`). Each round the
 sampler scores candidates and picks `prompts_per_step`; every decision goes to
 rl.prompt_scores.v1 (replayable, auditable) and the picks to rl.rollout_requests.v1. Pacing is
 the trainer's demand: requests are issued only while fewer than `target_in_flight` are ahead of
@@ -25,7 +27,10 @@ the round numbering and the pacing resume from what rl.rollout_requests.v1 alrea
 fresh count would re-issue request ids and flood the workers), and the sampler's state (PPM,
 history, Thompson RNG, partial groups) is snapshotted to the object store every
 `checkpoint_every` rounds. Reward offsets are committed only right after a snapshot, so a
-restarted scheduler replays exactly the rewards its restored state has not seen.
+restarted scheduler replays exactly the rewards its restored state has not seen. The snapshot
+lists the pool's event ids in order, so the restored sampler's per-prompt statistics line up
+even though partitions interleave differently on the re-read; prompts that joined after the
+snapshot are appended.
 """
 
 from __future__ import annotations
@@ -45,10 +50,11 @@ from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.connectors.reading import follow_run, read_run_rows
+from rlstream.connectors.reading import ReadRange, follow_run, read_run_rows, read_topic
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.checkpoint import from_bytes, to_bytes
+from rlstream.trainers.datasets import DatasetView, prompt_problem
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection import records_to_batch
 from rlstream.trainers.selection.policy_features import check_features, tuned_args
@@ -59,20 +65,68 @@ PROMPTS, REWARDS = get("prompts"), get("rewards")
 REQUESTS, POLICY_VERSIONS = get("rollout_requests"), get("policy_versions")
 
 
-async def load_pool(endpoints: Endpoints, run_id: str) -> list[Prompt]:
-    """The run's train prompts from rl.prompts.v1 (a bounded read). A prompt may be in the pool
-    more than once (as in the in-process loop's pool); redelivered events collapse by id."""
-    pool: dict[str, Prompt] = {}
-    for r in await read_run_rows(endpoints, PROMPTS.topic, run_id):
-        if r.get("split") != "heldout":
-            pool[r["event_id"]] = Prompt(
-                r["prompt_id"],
-                r["text"],
-                r["task"],
-                r.get("difficulty") or 0,
-                r.get("answer") or "",
-            )
-    return list(pool.values())
+class PromptRefused(DecodeError):
+    """A well-formed prompt the run cannot train on (no verifier, bad answer, text)."""
+
+    kind = "refused_prompt"
+
+
+class PromptFeed:
+    """The run's dataset on rl.prompts.v1, followed for the whole run.
+
+    Train-split prompts of `data.dataset` join the pool (by event id: a re-published row does
+    not repeat); held-out ones are kept out; prompts the run cannot train on (no verifier,
+    an answer the verifier cannot read, text the tokenizer or the context cannot take) are
+    dead-lettered with the reason, and the loop goes on.
+    """
+
+    def __init__(self, cfg: Config):
+        from rlstream.trainers.model import CharTokenizer
+
+        self.view = DatasetView(cfg.data.dataset, cfg.data.heldout_frac)
+        self.tok = CharTokenizer()
+        self.max_chars = cfg.model.block_size - cfg.rl.max_new_tokens
+
+    def admit(self, rows: list[dict]) -> tuple[list[tuple[str, Prompt]], list[tuple[int, str]]]:
+        """(new pool entries, refused (row index, reason)) among a message's rows."""
+        fresh, refused = [], []
+        for i, row in enumerate(rows):
+            if not self.view.ours(row):
+                continue
+            problem = prompt_problem(row, self.tok, self.max_chars)
+            if problem:
+                refused.append((i, f"prompt {row['prompt_id']}: {problem}"))
+                continue
+            known = row["event_id"] in self.view.pool
+            if self.view.add_prompt(row) == "train" and not known:
+                fresh.append((row["event_id"], self.view.pool[row["event_id"]]))
+        return fresh, refused
+
+    async def load(self, endpoints: Endpoints) -> list[tuple[str, Prompt]]:
+        """The pool as the topic holds it now (a bounded read; refusals are left to follow)."""
+        pool = []
+        async for record in read_topic(endpoints, PROMPTS.topic, ReadRange()):
+            try:
+                rows = decode(record.value, record.headers).to_pylist()
+            except DecodeError:
+                continue
+            pool += self.admit(rows)[0]
+        return pool
+
+    async def follow(self, endpoints: Endpoints, dead: DeadLetters, join) -> None:
+        """Read the topic from the start for good: `join(entries)` for new pool entries,
+        dead letters for undecodable messages and refused prompts."""
+        async for record in read_topic(endpoints, PROMPTS.topic, ReadRange(follow=True)):
+            try:
+                rows = decode(record.value, record.headers).to_pylist()
+            except DecodeError as error:
+                await dead.send(record, error)
+                continue
+            fresh, refused = self.admit(rows)
+            for i, reason in refused:
+                await dead.send(record, PromptRefused(reason), part=i)
+            if fresh:
+                join(fresh)
 
 
 @dataclass
@@ -175,17 +229,23 @@ class Scheduler:
         self,
         cfg: Config,
         endpoints: Endpoints,
-        pool: list[Prompt],
+        pool: list[tuple[str, Prompt]],
         issued_rounds: int = 0,
         saved: dict | None = None,
     ):
-        self.cfg, self.endpoints, self.pool = cfg, endpoints, pool
+        self.cfg, self.endpoints = cfg, endpoints
+        if saved is not None:  # the snapshot's pool order first: its statistics are by index
+            at = {key: i for i, key in enumerate(saved.get("pool_keys", []))}
+            pool = sorted(pool, key=lambda entry: at.get(entry[0], len(at)))
+        self.pool_keys = [key for key, _ in pool]
+        self.pool = [prompt for _, prompt in pool]
         self.follower: PolicyFollower | None = None
         self.featured_version: int | None = None  # the policy the PPM's cached features read
         self.fitted_at = 0  # PPM observations (update calls) at its last fit
         self.saved = saved  # a snapshot to restore once the sampler exists
         self.sampler = None
-        self.by_id = {p.prompt_id: p for p in pool}
+        self.by_id = {p.prompt_id: p for p in self.pool}
+        self.joined = 0  # prompts that joined the pool after the scheduler started
         self.issued_rounds = self.saved_at = issued_rounds
         self.rewards: dict[str, list[float]] = defaultdict(list)
         features = set(check_features(cfg.selection.ppm_features))
@@ -196,7 +256,8 @@ class Scheduler:
         self.env_state = EnvironmentState(endpoints, cfg.run_id)
 
     def set_sampler(self, sampler) -> None:
-        """Install the sampler, restoring the snapshot the scheduler started with, if any."""
+        """Install the sampler, restoring the snapshot the scheduler started with, if any;
+        prompts that joined after the snapshot (or before the sampler existed) follow."""
         self.sampler = sampler
         if self.saved is not None:
             sampler.load_state_dict(self.saved["sampler"])
@@ -205,6 +266,19 @@ class Scheduler:
             self.fitted_at = ppm.policy_version if ppm is not None else 0
             log.info("restored the sampler state of round %d", self.saved["round"])
             self.saved = None
+        sampler.extend(self.pool[len(sampler.pool) :])
+
+    def join(self, entries: list[tuple[str, Prompt]]) -> None:
+        """Prompts published while the run goes on join the pool (and the sampler's)."""
+        prompts = [prompt for _, prompt in entries]
+        self.pool_keys += [key for key, _ in entries]
+        self.pool += prompts
+        self.by_id.update((p.prompt_id, p) for p in prompts)
+        if self.sampler is not None:
+            self.sampler.extend(prompts)
+        self.joined += len(prompts)
+        metrics.SCHEDULER_POOL.set(len(self.pool))
+        log.info("%d prompts joined the pool (now %d)", len(prompts), len(self.pool))
 
     def snapshot(self) -> bytes:
         """The sampler's state and the partial reward groups, as of the rewards processed."""
@@ -212,13 +286,16 @@ class Scheduler:
             "sampler": self.sampler.state_dict(),
             "rewards": dict(self.rewards),
             "round": self.issued_rounds,
+            "pool_keys": self.pool_keys[: len(self.sampler.pool)],
         }
         return to_bytes(state)
 
     def make_sampler(self):
         # fits happen in select(), once per round, not in every update (fit_every: never)
         args = replace(tuned_args(), fit_every=10**9)
-        return build_sampler(self.cfg, self.pool, lambda: self.follower.policy, ppm_args=args)
+        saved = self.saved["pool_keys"] if self.saved and "pool_keys" in self.saved else None
+        pool = self.pool if saved is None else self.pool[: len(saved)]
+        return build_sampler(self.cfg, pool, lambda: self.follower.policy, ppm_args=args)
 
     async def ready(self) -> None:
         """Wait for the first policy when the sampler reads one, then build the sampler."""
@@ -350,10 +427,15 @@ def _strings(values: list[str]):
 
 
 async def serve(cfg: Config, endpoints: Endpoints) -> None:
-    pool = []
-    while len(pool) < min(cfg.data.pool_size, 1):
-        pool = await load_pool(endpoints, cfg.run_id)
-        await asyncio.sleep(0.2)
+    feed = PromptFeed(cfg)
+    pool = await feed.load(endpoints)
+    waited = 0.0
+    while not pool:
+        if waited % 10 == 0:
+            log.info("waiting for train prompts of %r on %s", cfg.data.dataset, PROMPTS.topic)
+        await asyncio.sleep(0.5)
+        waited += 0.5
+        pool = await feed.load(endpoints)
     issued = await issued_rounds_so_far(endpoints, cfg.run_id)
     saved = None
     if issued:
@@ -364,16 +446,27 @@ async def serve(cfg: Config, endpoints: Endpoints) -> None:
         found = "snapshot found" if saved else "no snapshot"
         log.info("continuing at round %d (%s)", issued, found)
     scheduler = Scheduler(cfg, endpoints, pool, issued, saved)
-    log.info("scheduler: %d prompts in the pool, sampler %s", len(pool), cfg.selection.sampler)
+    metrics.SCHEDULER_POOL.set(len(scheduler.pool))
+    log.info(
+        "scheduler: %d prompts of dataset %r in the pool (%d held out), sampler %s",
+        len(pool), cfg.data.dataset, len(feed.view.heldout), cfg.selection.sampler,
+    )  # fmt: skip
     demand = Demand()
     follow = asyncio.create_task(scheduler.follower.run()) if scheduler.follower else None
     try:
         async with EventProducer(endpoints) as producer:
-            await asyncio.gather(
-                follow_trainer(endpoints, cfg.run_id, demand),
-                scheduler.issue(producer, demand),
-                scheduler.learn_from_rewards(demand, producer),
-            )
+            dead = DeadLetters(producer, consumer_name=cfg.group("scheduler"), run_id=cfg.run_id)
+            prompts = asyncio.create_task(feed.follow(endpoints, dead, scheduler.join))
+            try:
+                await asyncio.gather(
+                    follow_trainer(endpoints, cfg.run_id, demand),
+                    scheduler.issue(producer, demand),
+                    scheduler.learn_from_rewards(demand, producer),
+                )
+            finally:
+                prompts.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await prompts
     finally:
         if follow is not None:
             follow.cancel()

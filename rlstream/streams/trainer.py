@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -36,39 +37,36 @@ from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
-from rlstream.connectors.reading import ReadRange, follow_run, read_topic
+from rlstream.connectors.reading import follow_run, read_rows_where
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams.policystore import publish_policy
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
-from rlstream.trainers.envs import TaskMix, sample_prompts
+from rlstream.trainers.datasets import DatasetView, usable
+from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
-from rlstream.trainers.pretrain import Corpus, validation_corpus
+from rlstream.trainers.pretrain import Corpus
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
 CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
+PROMPTS = get("prompts")
 POLL_MS = 100  # experience fetch wait while a batch fills
 DEMAND_REFRESH_S = 2.0  # re-announce the groups consumed so the scheduler's pacing stays fresh
 REFILL_SIGNAL_S = 0.2  # after filtered groups, tell the scheduler at most this often
 
 
-async def load_corpus(endpoints: Endpoints, run_id: str) -> dict[str, str]:
-    """The run's documents, doc_id -> text, in generation order (ids sort by index; partitions
-    interleave on the wire), so the streamed pre-training sees the corpus the in-process loop
-    would; documents fed back from verified rollouts come after the generated ones."""
-    docs: dict[tuple[bool, str], str] = {}
-    async for record in read_topic(endpoints, CORPUS.topic, ReadRange()):
-        try:
-            rows = decode(record.value, record.headers).to_pylist()
-        except DecodeError:
-            continue
-        docs.update(
-            ((r["source"] != "generator", r["doc_id"]), r["text"])
-            for r in rows
-            if r["run_id"] == run_id
-        )
-    return {key[1]: docs[key] for key in sorted(docs)}
+async def load_dataset(endpoints: Endpoints, cfg: Config) -> DatasetView:
+    """The run's dataset as the topics hold it: held-out prompts (evaluation) and documents
+    (pre-training), whoever published them. Generated documents sort first, by doc_id (ids
+    sort by index; partitions interleave on the wire), so the streamed pre-training sees the
+    corpus the in-process loop would."""
+    view = DatasetView(cfg.data.dataset, cfg.data.heldout_frac)
+    for row in await read_rows_where(endpoints, PROMPTS.topic, view.ours):
+        view.add_prompt(row)
+    for row in await read_rows_where(endpoints, CORPUS.topic, view.ours):
+        view.add_doc(row)
+    return view
 
 
 def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
@@ -93,9 +91,9 @@ class StreamTrainer:
         self.store = ObjectStore(endpoints)
         self.ckpts = PrefixStore(self.store, checkpoint_prefix(cfg.run_id))
         self.state = TrainState(cfg, threads=cfg.threads(streaming=True))
-        mix = TaskMix.parse(cfg.data.tasks)
-        self.val = validation_corpus(cfg, self.state.tok)
-        self.eval_set = sample_prompts(mix, cfg.eval.prompts, "heldout", cfg.seed, strict=False)
+        self.val: Corpus | None = None
+        self.eval_set: list[Prompt] = []
+        self.refused: dict[str, int] = {}  # held-out prompts and documents the model cannot take
         self.corpus: Corpus | None = None
         self.doc_ids: set[str] = set()  # documents in the corpus (hybrid: new ones join it)
         self.arrived: list[tuple[str, str]] = []  # fed-back documents not in the corpus yet
@@ -193,12 +191,26 @@ class StreamTrainer:
             upload=upload,
         )
 
-    async def load_corpus(self) -> None:
-        docs = await load_corpus(self.endpoints, self.cfg.run_id)
-        if not docs:
-            raise RuntimeError(f"no corpus documents for run {self.cfg.run_id} in {CORPUS.topic}")
-        self.corpus = Corpus(list(docs.values()), self.state.tok, self.cfg.model.block_size)
-        self.doc_ids = set(docs)
+    async def load_data(self) -> None:
+        """Evaluation prompts and the pre-training corpus from the run's dataset (waiting for
+        it to be published). What the tokenizer or the context cannot take is left out and
+        counted (`refused` in the summary): a user's data never raises inside the trainer."""
+        cfg, tok = self.cfg, self.state.tok
+        for waited in itertools.count():
+            view = await load_dataset(self.endpoints, cfg)
+            if view.heldout and (view.docs or view.pool):
+                break
+            if waited % 20 == 0:
+                log.info("waiting for dataset %r on %s and %s (held-out prompts and documents)",
+                         cfg.data.dataset, PROMPTS.topic, CORPUS.topic)  # fmt: skip
+            await asyncio.sleep(0.5)
+        data = usable(view, cfg, tok)  # ValueError: nothing usable; the run cannot go on
+        self.eval_set, self.refused = data.eval_set, data.refused
+        self.corpus = Corpus(data.docs, tok, cfg.model.block_size)
+        self.val = Corpus(data.validation, tok, cfg.model.block_size)
+        self.doc_ids = {doc_id for _, doc_id in view.docs}
+        log.info("dataset %r: %d documents, %d validation, %d held-out prompts", cfg.data.dataset,
+                 len(data.docs), len(data.validation), len(self.eval_set))  # fmt: skip
 
     async def pretrain(self, producer: EventProducer) -> None:
         st = self.state
@@ -384,7 +396,7 @@ async def serve(cfg: Config, endpoints: Endpoints) -> dict:
     torch.set_num_threads(cfg.threads(streaming=True))
     trainer = StreamTrainer(cfg, endpoints)
     trainer.restore()
-    await trainer.load_corpus()
+    await trainer.load_data()
     async with EventProducer(endpoints) as producer:
         if trainer.state.phase != "rl":
             await trainer.pretrain(producer)
@@ -423,6 +435,9 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         if c["groups_consumed"]
         else None,
         "filtered_groups": int(c["filtered_groups"]),
+        "dataset": trainer.cfg.data.dataset,
+        "eval_prompts": len(trainer.eval_set),
+        "refused": trainer.refused,
         "corpus_fed": int(c["corpus_fed"]),
         "corpus_consumed_during_rl": int(c["corpus_consumed"]),
         "trainer_idle_share": round(c["idle_s"] / wall, 4) if wall else None,

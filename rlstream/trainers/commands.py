@@ -31,6 +31,19 @@ def build_config(config: Path | None, overrides: list[str], base=None, **options
     return load_config(config, overrides, dotted, base=base)
 
 
+def streaming_only(cfg, command: str) -> None:
+    """topic:DATASET sources need the broker: refuse them where the loop runs in-process."""
+    from rlstream.config import ConfigError
+
+    for name in ("prompts", "corpus"):
+        source = getattr(cfg.data, name)
+        if source is not None and source.startswith("topic:"):
+            raise ConfigError(
+                f"data.{name}: {command} runs in-process and reads files; for {source} use "
+                f"`rlstream run --{name} {source}`"
+            )
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the learning-core commands (`train`, `bench train`) to the CLI."""
 
@@ -48,6 +61,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         backend: str | None = typer.Option(None, help="model.backend: torch, deepspeed or auto"),
         hybrid: bool | None = typer.Option(None, "--hybrid/--no-hybrid", help="rl.hybrid"),
         reward_rules: Path | None = typer.Option(None, help="rl.reward_rules: JSON rules file"),
+        prompts: Path | None = typer.Option(None, help="data.prompts: JSONL/CSV/Parquet file"),
+        corpus: Path | None = typer.Option(None, help="data.corpus: documents file"),
         checkpoint_dir: Path | None = typer.Option(None, help="checkpoint directory"),
         resume: bool = typer.Option(False, help="resume from the newest checkpoint"),
         out_dir: Path | None = typer.Option(None, help="history.json, curves.png, config.yaml"),
@@ -65,8 +80,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             config, overrides, data__tasks=tasks, rl__algo=algo, selection__sampler=sampler,
             rl__steps=rl_steps, pretrain__max_steps=pretrain_max_steps, seed=seed,
             model__threads=threads, model__backend=backend, rl__hybrid=hybrid,
-            rl__reward_rules=s(reward_rules),
+            rl__reward_rules=s(reward_rules), data__prompts=s(prompts), data__corpus=s(corpus),
         )  # fmt: skip
+        streaming_only(cfg, "`rlstream train`")
         opts = LocalOptions(s(checkpoint_dir), resume, s(out_dir), s(summary), progress)
         train_local(cfg, opts)
 

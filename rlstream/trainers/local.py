@@ -3,7 +3,7 @@
 `train_local(Config(...), LocalOptions(...)) -> summary dict` is the Python API behind
 `rlstream train --mode local`. Read top to bottom: setup -> pre-training loop -> hand-off ->
 RL loop -> report. The updates are the training core's (`trainers/core.py`); this file owns
-only where the data comes from (generated corpus, `collect` from the sampler), when to
+only where the data comes from (files or the generated rows, `collect` from the sampler), when to
 evaluate and checkpoint, and what to log. Every random draw comes from a generator whose state
 is checkpointed, so a resumed run repeats the uninterrupted one exactly (CPU, same threads).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from rlstream.config import Config, to_dict
+from rlstream.config import Config, ConfigError, to_dict
 from rlstream.trainers.checkpoint import (
     CheckpointStore,
     DirectoryStore,
@@ -23,9 +23,9 @@ from rlstream.trainers.checkpoint import (
 )
 from rlstream.trainers.collect import collect
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
-from rlstream.trainers.envs import TaskMix, sample_prompts
+from rlstream.trainers.datasets import local_view, usable
 from rlstream.trainers.evaluate import evaluate_with
-from rlstream.trainers.pretrain import generated_corpus, validation_corpus
+from rlstream.trainers.pretrain import Corpus
 from rlstream.trainers.report import bar_info, make_summary, progress_bars, write_outputs
 from rlstream.trainers.rewards import make_reward_fn
 from rlstream.trainers.selection.registry import build_sampler, policy_moved
@@ -53,14 +53,18 @@ class Run:
     def __init__(self, cfg: Config, store=None, sampler=None):
         self.cfg = c = cfg
         self.state = TrainState(cfg, threads=cfg.threads(streaming=False))
-        self.mix = TaskMix.parse(c.data.tasks)
-        self.corpus = generated_corpus(c, self.state.tok)
-        self.val = validation_corpus(c, self.state.tok)
+        view, self.bad_rows = local_view(c)
+        try:
+            data = usable(view, c, self.state.tok)
+        except ValueError as exc:
+            raise ConfigError(f"data.prompts: {exc}") from None
+        self.dataset, self.refused = view.name, data.refused
+        self.corpus = Corpus(data.docs, self.state.tok, c.model.block_size)
+        self.val = Corpus(data.validation, self.state.tok, c.model.block_size)
         self.added_docs: list[str] = []
-        self.eval_set = sample_prompts(self.mix, c.eval.prompts, "heldout", c.seed, strict=False)
+        self.eval_set = data.eval_set
         if sampler is None:
-            pool = sample_prompts(self.mix, c.data.pool_size, "train", c.seed, unique=False)
-            sampler = build_sampler(c, pool, self.state.policy)
+            sampler = build_sampler(c, data.pool, self.state.policy)
         self.sampler = sampler
         self.reward_fn = make_reward_fn(c.rl.reward_rules)
         self.history: list[dict] = []

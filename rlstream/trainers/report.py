@@ -27,6 +27,10 @@ def make_summary(run, final: dict, wall_s: float) -> dict:
     pe, st = run.pretrain_eval, run.state
     return {
         "tasks": run.cfg.data.tasks,
+        "dataset": run.dataset,
+        "eval_prompts": len(run.eval_set),
+        "refused": run.refused,
+        "bad_rows": {source: rows[:20] for source, rows in run.bad_rows.items()},
         "algo": run.cfg.rl.algo,
         "sampler": run.cfg.selection.sampler,
         "params": st.model.num_params(),

@@ -183,6 +183,26 @@ def test_state_survives_a_checkpoint_round_trip(name):
 
 
 @pytest.mark.parametrize("name", sorted(SELECTION_SAMPLERS))
+def test_a_pool_that_grows_mid_run_is_sampled_and_restores_like_an_uninterrupted_one(name):
+    """Prompts published while the loop runs join the pool: the new ones get picked, and a
+    sampler restored from a snapshot taken before they joined, then extended, continues
+    exactly as the one that was never interrupted."""
+    pool, late = synthetic_pool(20), synthetic_pool(40)[20:]
+    s = _make(name, pool)
+    _drive(s, 3, 0)
+    state = copy.deepcopy(s.state_dict())
+    s.extend(late)
+    expected = _drive(s, 3, 1)
+    restored = _make(name, pool)
+    restored.load_state_dict(state)
+    restored.extend(late)
+    assert _drive(restored, 3, 1) == expected
+    assert len(restored.stats) == 40 and len(restored.pool) == 40
+    picked = {p.prompt_id for _ in range(30) for p in restored.select(0, 8)}
+    assert picked & {p.prompt_id for p in late}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTION_SAMPLERS))
 def test_selection_records_build_a_prompt_scores_batch(name):
     pool = synthetic_pool(40)
     s = _make(name, pool)

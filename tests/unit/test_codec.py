@@ -209,3 +209,25 @@ def test_an_event_on_a_derived_topic_keeps_its_schema_and_headers():
     value, headers = encode(derived, sample_batch(derived))
     assert event_from_headers(headers) is rewards  # decoded as the registered event
     assert decode(value, headers).event is rewards
+
+
+def test_a_message_without_optional_columns_decodes_with_nulls():
+    """Compatible evolution within a version: an older producer (or a plain one) that leaves
+    out optional columns, here prompts' `dataset` and `split`, is still valid; a missing
+    required column is not."""
+    event = get("prompts")
+    batch = sample_batch(event)
+    old = batch.drop_columns(["dataset", "split", "difficulty"])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, old.schema) as w:
+        w.write_batch(old)
+    decoded = decode(
+        sink.getvalue().to_pybytes(), [("event", b"prompts"), ("schema_version", b"1")]
+    )
+    assert decoded.batch.schema.names == event.schema.names
+    assert decoded.batch.column("dataset").null_count == batch.num_rows
+    assert decoded.batch.column("text").equals(batch.column("text"))
+    value, _ = encode(event, old)  # producers may omit them too
+    assert decode(value, [("event", b"prompts"), ("schema_version", b"1")]).batch.num_rows
+    with pytest.raises(SchemaMismatch, match="missing fields \\['text'\\]"):
+        encode(event, batch.drop_columns(["text"]))

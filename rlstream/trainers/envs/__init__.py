@@ -1,6 +1,6 @@
 """Procedural task families with verifiable answers, a registry, and reproducible splits."""
 
-from rlstream.trainers.envs import arithmetic, puzzles  # noqa: F401  (register families)
+from rlstream.trainers.envs import arithmetic, puzzles, verifiers  # noqa: F401  (register families)
 from rlstream.trainers.envs.base import (
     TASKS,
     Prompt,

@@ -112,7 +112,8 @@ class TaskMix:
                 lo, _, hi = drange.partition("-")
                 diffs[name] = tuple(range(int(lo), int(hi or lo) + 1))
         for name in weights:
-            get_task(name)
+            if not getattr(get_task(name), "generates", True):
+                raise KeyError(f"task {name!r} only verifies user prompts; it cannot generate")
         return cls(weights, diffs or None, heldout_frac)
 
     def draw(self, rng: random.Random) -> Prompt:

@@ -68,6 +68,22 @@ class PromptStats:
     def __len__(self) -> int:
         return len(self.index)
 
+    def extend(self, prompts: list[Prompt]) -> None:
+        """Pool entries appended: new prompt ids get zeroed counters (never tried)."""
+        for p in prompts:
+            self.index.setdefault(p.prompt_id, len(self.index))
+        added = [self.index[p.prompt_id] for p in prompts]
+        self.of_pool = np.concatenate([self.of_pool, np.array(added, dtype=np.int64)])
+        grow = len(self.index) - len(self.attempts)
+        if grow:
+            self.attempts = np.concatenate([self.attempts, np.zeros(grow)])
+            self.successes = np.concatenate([self.successes, np.zeros(grow)])
+            self.streak = np.concatenate([self.streak, np.zeros(grow, dtype=np.int64)])
+            self.kind = np.concatenate([self.kind, np.zeros(grow, dtype=np.int64)])
+            self.last_version = np.concatenate(
+                [self.last_version, np.full(grow, -1, dtype=np.int64)]
+            )
+
     def ids(self, prompts: list[Prompt]) -> np.ndarray:
         """Stat indices of prompts (KeyError for a prompt that is not in the pool)."""
         try:
@@ -96,8 +112,10 @@ class PromptStats:
         return {f: getattr(self, f).copy() for f in self._FIELDS} | {"version": self.version}
 
     def load_state_dict(self, s: dict) -> None:
+        """Restore counters; a pool that grew since the snapshot keeps zeros for the prompts
+        added after it (they are appended, so the saved ones keep their indices)."""
         for f in self._FIELDS:
-            getattr(self, f)[:] = s[f]
+            getattr(self, f)[: len(s[f])] = s[f]
         self.version = s["version"]
 
 
@@ -151,7 +169,20 @@ class PoolSampler:
         self.rollouts, self.wasted_rollouts = state["rollouts"], state["wasted"]
         self.load_extra_state(state)
 
+    def extend(self, prompts: list[Prompt]) -> None:
+        """Add prompts to the pool while the run goes on (the live loop follows rl.prompts.v1).
+        They start untried; samplers with per-prompt state grow it in `on_extend`."""
+        if not prompts:
+            return
+        before = len(self.stats)
+        self.pool += prompts
+        self.stats.extend(prompts)
+        self.on_extend(prompts, len(self.stats) - before)
+
     # --- hooks ----------------------------------------------------------------------------
+    def on_extend(self, prompts: list[Prompt], new_stats: int) -> None:
+        """Subclass hook: `prompts` were appended to the pool, `new_stats` ids to the stats."""
+
     def select_scored(self, step: int, batch_size: int) -> Selection:
         raise NotImplementedError
 

@@ -114,6 +114,11 @@ class MoppsSampler(PoolSampler):
             )
             self.alpha[i], self.beta[i] = na[0], nb[0]
 
+    def on_extend(self, prompts: list[Prompt], new_stats: int) -> None:
+        a = self.args
+        self.alpha = np.concatenate([self.alpha, np.full(new_stats, a.alpha0)])
+        self.beta = np.concatenate([self.beta, np.full(new_stats, a.beta0)])
+
     def extra_state(self) -> dict:
         return {"alpha": self.alpha.copy(), "beta": self.beta.copy()}
 

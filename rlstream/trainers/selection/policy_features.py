@@ -136,5 +136,5 @@ def make_policy_ppm_sampler(
     ppm = PromptPredictiveModel(PPMArgs(seed=seed), featurizer=ConcatFeaturizer(parts))
     # diversity is measured on the prompts' text, not on the policy features the PPM reads
     # (spreading picks over confidence would push them to the uninformative extremes)
-    emb = TextFeaturizer()(pool)
-    return PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=emb)
+    text = TextFeaturizer()
+    return PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=text(pool), embedder=text)

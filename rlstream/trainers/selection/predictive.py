@@ -173,6 +173,7 @@ class PredictiveSampler(PoolSampler):
         args: PredictiveArgs | None = None,
         ppm: Predictor | None = None,
         embeddings: np.ndarray | None = None,
+        embedder=None,
     ):
         super().__init__(pool, seed)
         self.args = args or PredictiveArgs()
@@ -180,14 +181,28 @@ class PredictiveSampler(PoolSampler):
         if embeddings is not None and len(embeddings) != len(pool):
             raise ValueError(f"{len(embeddings)} embeddings for a pool of {len(pool)} prompts")
         self.embeddings = embeddings
+        self.embedder = embedder  # how `embeddings` were made, to embed prompts added later
         self.own_s = np.zeros(len(self.stats))  # decayed successes per prompt
         self.own_f = np.zeros(len(self.stats))  # decayed failures
         self.group_size = 8  # G, until the first update shows the real one
         self.err_ppm = self.err_base = 0.0  # decayed squared errors: PPM, running mean
         self.seen_s = self.seen_n = 0.0  # successes and attempts so far (the running mean)
+        self.stratum = self._strata()
+
+    def _strata(self) -> np.ndarray:
         keys = [p.task if self.args.stratify == "task" else "" for p in self.pool]
-        names = sorted(set(keys))
-        self.stratum = np.array([names.index(k) for k in keys], dtype=np.int64)
+        names = {k: i for i, k in enumerate(sorted(set(keys)))}
+        return np.array([names[k] for k in keys], dtype=np.int64)
+
+    def on_extend(self, prompts: list[Prompt], new_stats: int) -> None:
+        if self.embeddings is not None:
+            if self.embedder is None:
+                raise ValueError("precomputed embeddings without an embedder: no new prompts")
+            new = self.embedder(prompts)
+            self.embeddings = np.concatenate([self.embeddings, new.astype(self.embeddings.dtype)])
+        self.own_s = np.concatenate([self.own_s, np.zeros(new_stats)])
+        self.own_f = np.concatenate([self.own_f, np.zeros(new_stats)])
+        self.stratum = self._strata()
 
     def embed(self, pos: np.ndarray) -> np.ndarray:
         if self.embeddings is not None:
