@@ -34,6 +34,8 @@ config_app = typer.Typer(help="The run settings: every default, nested by concer
 app.add_typer(stack_app, name="stack")
 app.add_typer(bench_app, name="bench")
 app.add_typer(config_app, name="config")
+datasets_app = typer.Typer(help="Prompt files from other sources, ready for `rlstream publish`.")
+app.add_typer(datasets_app, name="datasets")
 
 console = Console(width=None if sys.stdout.isatty() else 160)  # piped: whole table rows
 err = Console(stderr=True, soft_wrap=True)  # whole lines: logs and greps stay readable
@@ -122,6 +124,9 @@ def run(
     reward_rules: Path | None = typer.Option(
         None, help="rl.reward_rules: JSON reward rules that score_rollouts applies."
     ),
+    reward_fn: str | None = typer.Option(
+        None, help="rl.reward_fn: module:function or file.py:function, TRL's reward shape."
+    ),
     prompts: str | None = typer.Option(
         None, help="data.prompts: a JSONL/CSV/Parquet file, or topic:DATASET [default: generated]."
     ),
@@ -158,6 +163,7 @@ def run(
         rl__algo=algo, rl__hybrid=hybrid, rl__reward_rules=None if reward_rules is None else
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
         data__prompts=_source(prompts), data__corpus=_source(corpus), data__dataset=dataset,
+        rl__reward_fn=trainer_commands.reward_fn_spec(reward_fn),
         run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
     )  # fmt: skip
     try:
@@ -180,6 +186,30 @@ def _source(value: str | None) -> str | None:
     if value is None or value.startswith("topic:"):
         return value
     return str(Path(value).resolve())
+
+
+@datasets_app.command("export")
+def datasets_export(
+    source: str = typer.Argument(..., help="rg:NAME, a reasoning-gym dataset (e.g. rg:gcd)."),
+    size: int = typer.Option(1000, min=1, help="Prompts to write."),
+    seed: int = typer.Option(0, help="The dataset generator's seed."),
+    out: Path = typer.Option(..., help="The JSONL prompt file to write."),
+) -> None:
+    """Write a reasoning-gym task as a prompt file with its verifier named, to publish and
+    train on like any user file (`rlstream run --prompts FILE`)."""
+    if not source.startswith("rg:") or source == "rg:":
+        raise typer.BadParameter(f"{source!r}: give rg:NAME (a reasoning-gym dataset)")
+    from rlstream.trainers.envs.rgym import export_rows
+
+    try:
+        rows = export_rows(source.removeprefix("rg:"), size, seed)
+    except (KeyError, ValueError) as exc:
+        raise typer.BadParameter(f"{source}: {exc}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    longest = max(len(r["text"]) for r in rows)
+    print_figures(f"exported {source}", {"prompts": len(rows), "file": str(out),
+                  "verifier": source, "longest_text_chars": longest})  # fmt: skip
 
 
 @config_app.command("show")

@@ -185,7 +185,13 @@ class RLConfig:
     lm_coef: float = 1.0
     """weight of the pre-training loss in hybrid updates"""
     reward_rules: str | None = None
-    """JSON reward-rules file (default: each task family's verifier, 1 or 0)"""
+    """JSON reward-rules file (default: each prompt's verifier, 1 or 0)"""
+    reward_fn: str | None = None
+    """your reward function, TRL's shape: module:function or path/file.py:function, called as
+    fn(completions, **columns) -> list[float] (answer, text, task, prompt_id, ... one per row)"""
+    verifier_timeout_s: float = 10.0
+    """longest a verifier or reward function may take on one group; one that raises or runs
+    over gives the group reward 0 and a dead letter with the reason"""
     filter_zero_variance: bool = False
     """drop groups whose rewards are all equal instead of training on them (DAPO's dynamic
     sampling; dropped groups count as consumed, the streaming scheduler refills them)"""
@@ -210,6 +216,17 @@ class RLConfig:
             raise ConfigError("rl.num_minibatches: more minibatches than rollouts per step")
         if self.reward_rules is not None and not Path(self.reward_rules).is_file():
             raise ConfigError(f"rl.reward_rules: no such file {self.reward_rules!r}")
+        if self.reward_fn is not None:
+            if self.reward_rules is not None:
+                raise ConfigError("rl.reward_fn: give it or rl.reward_rules, not both")
+            from rlstream.trainers.rewards import RewardConfigError, load_reward_fn
+
+            try:
+                load_reward_fn(self.reward_fn)
+            except RewardConfigError as exc:
+                raise ConfigError(f"rl.reward_fn: {exc}") from None
+        if not self.verifier_timeout_s > 0:
+            raise ConfigError(f"rl.verifier_timeout_s: {self.verifier_timeout_s!r} must be > 0")
 
     @property
     def learning_rate(self) -> float:

@@ -117,6 +117,8 @@ class Supervisor:
         run = Config.read(self.cfg_path)
         scoring = ["--run-id", run.run_id]
         scoring += ["--reward-rules", run.rl.reward_rules] if run.rl.reward_rules else []
+        scoring += ["--reward-fn", run.rl.reward_fn] if run.rl.reward_fn else []
+        scoring += ["--verifier-timeout-s", str(run.rl.verifier_timeout_s)]
         specs = [
             ("trainer", [py, "-m", "rlstream.streams.trainer", "--config", cfg]),
             ("scheduler", [py, "-m", "rlstream.streams.scheduler", "--config", cfg]),

@@ -42,6 +42,7 @@ PROMPTS = register(
         opt("answer", STR),  # ground truth for the verifier; absent for open-ended prompts
         opt("split", STR),  # train / heldout; absent: carved from prompt_id (data.heldout_frac)
         opt("dataset", STR),  # the pool a run selects from (`rlstream run --dataset`)
+        opt("verifier", STR),  # the verifier to check it with; absent: the task's
         opt("metadata", STR),  # JSON object with any further columns the user supplied
     ],
     key="prompt_id",
@@ -82,6 +83,7 @@ ROLLOUT_REQUESTS = register(
         req("group_size", I32),
         req("sampler", STR),
         opt("predicted_pass_rate", F32),
+        opt("verifier", STR),
     ],
     key="prompt_id",
     partitions=4,
@@ -106,6 +108,7 @@ ROLLOUTS = register(
         req("logprobs", LOGPROBS),
         opt("finish_reason", STR),
         opt("worker_id", STR),
+        opt("verifier", STR),  # carried from the request: score_rollouts checks with it
     ],
     key="prompt_id",
     partitions=4,

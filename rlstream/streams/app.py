@@ -89,25 +89,25 @@ class Glue:
 
     async def decode(self, event) -> Decoded | None:
         """The decoded event, or None after sending it to the dead-letter topic."""
-        message = event.message
         try:
             return decode(event.value, header_list(event.headers))
         except DecodeError as error:
-            record = _RecordView(message, event.key, event.value, header_list(event.headers))
-            batch = dead_letter_batch(
-                record, error, consumer_name=self.consumer_name, run_id=self.run_id
-            )
-            await self.emit(get("dead_letters"), batch)
-            self.dead_letters += 1
-            metrics.DEAD_LETTERS.labels(message.topic, error.kind).inc()
-            log.warning(
-                "dead-lettered %s[%d]@%d: %s",
-                message.topic,
-                message.partition,
-                message.offset,
-                error,
-            )
+            await self.reject(event, error)
             return None
+
+    async def reject(self, event, error: DecodeError, part: int | None = None) -> None:
+        """Dead-letter a message (or row `part` of it) with the error as the reason."""
+        message = event.message
+        record = _RecordView(message, event.key, event.value, header_list(event.headers))
+        batch = dead_letter_batch(
+            record, error, consumer_name=self.consumer_name, run_id=self.run_id, part=part
+        )
+        await self.emit(get("dead_letters"), batch)
+        self.dead_letters += 1
+        metrics.DEAD_LETTERS.labels(message.topic, error.kind).inc()
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s", message.topic, message.partition, message.offset, error
+        )
 
     async def emit(self, event: EventType, batch: pa.RecordBatch, topic: str | None = None):
         """Send `batch` split by key partition and wait until the broker has it."""

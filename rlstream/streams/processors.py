@@ -21,9 +21,9 @@ import faust
 
 from rlstream import metrics
 from rlstream.connectors.objectstore import ObjectStore, experience_object
-from rlstream.schemas import get, rows_to_batch
+from rlstream.schemas import DecodeError, get, rows_to_batch
 from rlstream.streams.app import Glue, raw_topic
-from rlstream.trainers.experience import assemble_experience, complete_groups, score_rollouts
+from rlstream.trainers.experience import Scorer, assemble_experience, complete_groups
 
 ROLLOUTS, REWARDS, EXPERIENCE = get("rollouts"), get("rewards"), get("experience")
 
@@ -40,6 +40,8 @@ class ProcessorConfig:
     """Name recorded on rewards; a changed verifier gives new reward event ids."""
     reward_fn: Callable | None = None
     """Reward function (completions, **kwargs) -> list[float]; default: the task verifiers."""
+    verifier_timeout_s: float = 10.0
+    """Longest one group's scoring may take; over it, or raising, the group gets reward 0."""
     store: ObjectStore | None = None
     """Where assemble_experience archives experience groups (None: no archive)."""
     run_id: str | None = None
@@ -50,8 +52,17 @@ class ProcessorConfig:
         return rows if self.run_id is None else [r for r in rows if r["run_id"] == self.run_id]
 
 
+class VerifierFailed(DecodeError):
+    """A verifier or reward function raised, returned garbage or ran over its timeout."""
+
+    kind = "verifier_failed"
+
+
 def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> None:
+    """Score each rollout group (bounded by cfg.verifier_timeout_s): a failing verifier gives
+    its group reward 0 and a dead letter with the reason; the loop goes on."""
     source = raw_topic(app, cfg.source or ROLLOUTS.topic)
+    scorer = Scorer(cfg.reward_fn, cfg.verifier, cfg.verifier_timeout_s)
 
     @app.agent(source, name="score_rollouts")
     async def score(stream):
@@ -60,7 +71,9 @@ def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> N
             if decoded is None:
                 continue
             metrics.PROCESSOR_EVENTS.labels("score_rollouts").inc()
-            rows = score_rollouts(cfg.ours(decoded.to_pylist()), cfg.reward_fn, cfg.verifier)
+            rows, failures = await asyncio.to_thread(scorer.score, cfg.ours(decoded.to_pylist()))
+            for part, _, reason in failures:
+                await glue.reject(event, VerifierFailed(reason), part=part)
             if rows:
                 await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
 

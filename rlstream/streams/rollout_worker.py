@@ -43,8 +43,13 @@ def rollout_rows(
     """G completions for each request (pure apart from the model's sampling)."""
     prompts = [
         Prompt(
-            r["prompt_id"], r["text"], r["task"], r.get("difficulty") or 0, r.get("answer") or ""
-        )
+            r["prompt_id"],
+            r["text"],
+            r["task"],
+            r.get("difficulty") or 0,
+            r.get("answer") or "",
+            r.get("verifier") or "",
+        )  # fmt: skip
         for r in requests
     ]
     G = requests[0]["group_size"]
@@ -70,6 +75,7 @@ def rollout_rows(
                 "logprobs": s.logprobs[k],
                 "finish_reason": "stop",
                 "worker_id": worker_id,
+                "verifier": req.get("verifier"),
             }
         )
     return rows

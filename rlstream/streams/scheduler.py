@@ -65,6 +65,15 @@ PROMPTS, REWARDS = get("prompts"), get("rewards")
 REQUESTS, POLICY_VERSIONS = get("rollout_requests"), get("policy_versions")
 
 
+def in_snapshot_order(
+    pool: list[tuple[str, Prompt]], saved_keys: list[str]
+) -> list[tuple[str, Prompt]]:
+    """The pool with the snapshot's entries first, in its order (the restored sampler's
+    statistics are by position), then the entries that joined after it, in arrival order."""
+    at = {key: i for i, key in enumerate(saved_keys)}
+    return sorted(pool, key=lambda entry: at.get(entry[0], len(at)))  # stable for the rest
+
+
 class PromptRefused(DecodeError):
     """A well-formed prompt the run cannot train on (no verifier, bad answer, text)."""
 
@@ -234,9 +243,8 @@ class Scheduler:
         saved: dict | None = None,
     ):
         self.cfg, self.endpoints = cfg, endpoints
-        if saved is not None:  # the snapshot's pool order first: its statistics are by index
-            at = {key: i for i, key in enumerate(saved.get("pool_keys", []))}
-            pool = sorted(pool, key=lambda entry: at.get(entry[0], len(at)))
+        if saved is not None:
+            pool = in_snapshot_order(pool, saved.get("pool_keys", []))
         self.pool_keys = [key for key, _ in pool]
         self.pool = [prompt for _, prompt in pool]
         self.follower: PolicyFollower | None = None
@@ -328,6 +336,7 @@ class Scheduler:
                 "answer": p.answer,
                 "group_size": self.cfg.rl.group_size,
                 "sampler": self.cfg.selection.sampler,
+                "verifier": p.verifier or None,
             }
             for i, p in enumerate(prompts)
         ]

@@ -41,15 +41,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verifier", default="verifier", help="verifier name on rewards")
     parser.add_argument("--no-archive", action="store_true", help="do not archive experience")
     parser.add_argument("--reward-rules", help="JSON reward-rules file score_rollouts applies")
+    parser.add_argument("--reward-fn", help="module:function reward function (TRL's shape)")
+    parser.add_argument("--verifier-timeout-s", type=float, default=10.0)
     parser.add_argument("--run-id", help="process only this run's rows (default: every run's)")
     parser.add_argument("--loglevel", default="WARNING")
     args = parser.parse_args(argv)
     endpoints = Endpoints.from_env()
     store = None if args.no_archive else ObjectStore(endpoints)
-    reward_fn = make_reward_fn(args.reward_rules) if args.reward_rules else None
+    custom = args.reward_rules or args.reward_fn
+    reward_fn = make_reward_fn(args.reward_rules, args.reward_fn) if custom else None
     cfg = ProcessorConfig(
-        args.source, args.sink, args.verifier, reward_fn, store=store, run_id=args.run_id
-    )
+        args.source, args.sink, args.verifier, reward_fn, args.verifier_timeout_s, store=store,
+        run_id=args.run_id,
+    )  # fmt: skip
     app = build(args.app_id, args.processors, cfg, endpoints)
     logging.basicConfig(level=args.loglevel)
     metrics.serve_from_env()

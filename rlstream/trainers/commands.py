@@ -31,6 +31,14 @@ def build_config(config: Path | None, overrides: list[str], base=None, **options
     return load_config(config, overrides, dotted, base=base)
 
 
+def reward_fn_spec(spec: str | None) -> str | None:
+    """A reward function as every process sees it: a file path made absolute."""
+    if spec is None:
+        return None
+    where, sep, name = spec.rpartition(":")
+    return f"{Path(where).resolve()}{sep}{name}" if where.endswith(".py") else spec
+
+
 def streaming_only(cfg, command: str) -> None:
     """topic:DATASET sources need the broker: refuse them where the loop runs in-process."""
     from rlstream.config import ConfigError
@@ -61,6 +69,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         backend: str | None = typer.Option(None, help="model.backend: torch, deepspeed or auto"),
         hybrid: bool | None = typer.Option(None, "--hybrid/--no-hybrid", help="rl.hybrid"),
         reward_rules: Path | None = typer.Option(None, help="rl.reward_rules: JSON rules file"),
+        reward_fn: str | None = typer.Option(None, help="rl.reward_fn: module:function"),
         prompts: Path | None = typer.Option(None, help="data.prompts: JSONL/CSV/Parquet file"),
         corpus: Path | None = typer.Option(None, help="data.corpus: documents file"),
         checkpoint_dir: Path | None = typer.Option(None, help="checkpoint directory"),
@@ -81,6 +90,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             rl__steps=rl_steps, pretrain__max_steps=pretrain_max_steps, seed=seed,
             model__threads=threads, model__backend=backend, rl__hybrid=hybrid,
             rl__reward_rules=s(reward_rules), data__prompts=s(prompts), data__corpus=s(corpus),
+            rl__reward_fn=reward_fn_spec(reward_fn),
         )  # fmt: skip
         streaming_only(cfg, "`rlstream train`")
         opts = LocalOptions(s(checkpoint_dir), resume, s(out_dir), s(summary), progress)

@@ -34,6 +34,7 @@ def prompt_of_row(row: dict) -> Prompt:
         row["task"],
         row.get("difficulty") or 0,
         row.get("answer") or "",
+        row.get("verifier") or "",
     )
 
 
@@ -53,14 +54,16 @@ def prompt_problem(row: dict, tok: CharTokenizer, max_prompt_chars: int) -> str 
 def verifier_problem(row: dict) -> str | None:
     """Why no verifier can check this prompt row (its task names none, or the verifier cannot
     read its answer), or None. Needs no model, so `rlstream publish` checks it too."""
+    name = row.get("verifier") or row["task"]
+    what = "verifier" if row.get("verifier") else "task"
     try:
-        family = get_task(row["task"])
+        family = get_task(name)
     except KeyError:
         known = ", ".join(sorted(TASKS))
-        return f"task {row['task']!r} names no verifier (known: {known}, rg:<dataset>)"
+        return f"{what} {name!r} names no verifier (known: {known}, rg:<dataset>)"
     check = getattr(family, "answer_problem", None)
     problem = check(row.get("answer") or "") if check else None
-    return f"task {row['task']!r}: {problem}" if problem else None
+    return f"{what} {name!r}: {problem}" if problem else None
 
 
 def text_problem(text: str, tok: CharTokenizer, max_chars: int) -> str | None:

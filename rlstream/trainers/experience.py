@@ -11,13 +11,13 @@ from collections import defaultdict
 
 from rlstream.schemas import make_event_id
 from rlstream.trainers.envs import Prompt, verify
-from rlstream.trainers.rewards import RewardFn, verifier_reward
+from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
 
 
 def prompt_of(row: dict) -> Prompt:
     """The Prompt a rollout row answers (the fields its verifier needs)."""
     return Prompt(row["prompt_id"], row["prompt_text"], row["task"], row.get("difficulty") or 0,
-                  row.get("answer") or "")  # fmt: skip
+                  row.get("answer") or "", row.get("verifier") or "")  # fmt: skip
 
 
 def score_rollouts(
@@ -32,9 +32,7 @@ def score_rollouts(
         return []
     prompts = [prompt_of(r) for r in rollouts]
     completions = [r["completion"] for r in rollouts]
-    fn = reward_fn or verifier_reward
-    rewards = fn(completions, prompts=prompts, answer=[p.answer for p in prompts],
-                 text=[p.text for p in prompts])  # fmt: skip
+    rewards = call_reward(reward_fn or verifier_reward, completions, prompts)
     out = []
     for row, prompt, reward in zip(rollouts, prompts, rewards, strict=True):
         out.append(
@@ -55,6 +53,77 @@ def score_rollouts(
             }
         )
     return out
+
+
+class Scorer:
+    """score_rollouts one group at a time, each bounded by `timeout_s`: a verifier or reward
+    function that raises, returns garbage or runs over gives its group reward 0 (all equal:
+    GRPO learns nothing from it) with the reason in `details`, and the reason is returned so
+    the processor dead-letters it. A call that runs over keeps its thread (Python cannot stop
+    it); the next group gets a fresh one."""
+
+    def __init__(self, reward_fn: RewardFn | None, verifier: str, timeout_s: float):
+        from rlstream.trainers.envs import TASKS
+
+        self.reward_fn, self.verifier, self.timeout_s = reward_fn, verifier, timeout_s
+        self._pool = None
+        for family in list(TASKS.values()):  # imports belong to start-up, not to the timeout
+            getattr(family, "warm_up", lambda: None)()
+
+    def score(self, rollouts: list[dict]) -> tuple[list[dict], list[tuple[int, str, str]]]:
+        """(reward rows, failures as (first row index, request_id, reason))."""
+        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import TimeoutError as Timeout
+
+        out, failures = [], []
+        for start, group in _groups(rollouts):
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="verifier")
+            job = self._pool.submit(score_rollouts, group, self.reward_fn, self.verifier)
+            try:
+                out += job.result(timeout=self.timeout_s)
+                continue
+            except Timeout:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+                reason = f"verifier timed out after {self.timeout_s:g} s"
+            except Exception as exc:  # the user's verifier: whatever it raises is reported
+                reason = f"verifier raised {exc!r:.300}"
+            request_id = group[0]["request_id"]
+            failures.append((start, request_id, f"request {request_id}: {reason}"))
+            out += failed_rewards(group, self.verifier, reason)
+        return out, failures
+
+
+def _groups(rows: list[dict]) -> list[tuple[int, list[dict]]]:
+    """Rows split by request_id, in order, with the index of each group's first row."""
+    starts: dict[str, int] = {}
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        starts.setdefault(row["request_id"], i)
+        groups[row["request_id"]].append(row)
+    return [(starts[rid], rows_) for rid, rows_ in groups.items()]
+
+
+def failed_rewards(rollouts: list[dict], verifier: str, reason: str) -> list[dict]:
+    """Reward 0, not correct, for each rollout of a group whose verifier failed."""
+    return [
+        {
+            "event_id": make_event_id("rewards", r["request_id"], r["sample_idx"], verifier),
+            "run_id": r["run_id"],
+            "policy_version": r["policy_version"],
+            "request_id": r["request_id"],
+            "prompt_id": r["prompt_id"],
+            "sample_idx": r["sample_idx"],
+            "group_size": r["group_size"],
+            "task": r["task"],
+            "reward": 0.0,
+            "correct": False,
+            "verifier": verifier,
+            "details": f"verifier failed: {reason}",
+        }
+        for r in rollouts
+    ]
 
 
 def complete_groups(rows: list[dict]) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:

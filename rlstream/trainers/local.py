@@ -66,7 +66,7 @@ class Run:
         if sampler is None:
             sampler = build_sampler(c, data.pool, self.state.policy)
         self.sampler = sampler
-        self.reward_fn = make_reward_fn(c.rl.reward_rules)
+        self.reward_fn = make_reward_fn(c.rl.reward_rules, c.rl.reward_fn)
         self.history: list[dict] = []
         self.pretrain_eval: dict = {}
         self.generated = 0  # rollouts generated, zero-variance rounds the filter dropped included

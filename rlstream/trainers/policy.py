@@ -18,7 +18,7 @@ import torch
 
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
-from rlstream.trainers.rewards import RewardFn, verifier_reward
+from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
 from rlstream.trainers.rl import Experience
 from rlstream.trainers.sampling import Samples, sample
 
@@ -67,10 +67,7 @@ def score(
 ) -> tuple[list[float], list[bool]]:
     """(rewards, correct) per completion; rewards from reward_fn (default: the verifiers)."""
     rows = [prompts[i] for i in samples.prompt_index]
-    fn = reward_fn or verifier_reward
-    rewards = fn(
-        samples.texts, prompts=rows, answer=[p.answer for p in rows], text=[p.text for p in rows]
-    )
+    rewards = call_reward(reward_fn or verifier_reward, samples.texts, rows)
     correct = [verify(c, p) for c, p in zip(samples.texts, rows, strict=True)]
     return rewards, correct
 

@@ -213,6 +213,34 @@ def build_reward(config: dict | str | Path) -> RewardFn:
     return reward
 
 
+def reward_kwargs(prompts: list) -> dict[str, list]:
+    """The prompt columns a reward function receives, one value per completion (TRL passes a
+    dataset's columns the same way); `prompts` holds the Prompt objects themselves."""
+    return {
+        "prompts": prompts,
+        "answer": [p.answer for p in prompts],
+        "text": [p.text for p in prompts],
+        "task": [p.task for p in prompts],
+        "prompt_id": [p.prompt_id for p in prompts],
+        "difficulty": [p.difficulty for p in prompts],
+        "verifier": [p.verifier for p in prompts],
+    }
+
+
+def call_reward(fn: RewardFn, completions: list[str], prompts: list) -> list[float]:
+    """fn's rewards as floats, checked: one finite number per completion (ValueError else)."""
+    rewards = fn(completions, **reward_kwargs(prompts))
+    try:
+        out = [float(r) for r in rewards]
+    except (TypeError, ValueError):
+        raise ValueError(f"the reward function returned {rewards!r:.80}, not numbers") from None
+    if len(out) != len(completions):
+        raise ValueError(f"the reward function gave {len(out)} rewards for {len(completions)}")
+    if not all(math.isfinite(r) for r in out):
+        raise ValueError(f"the reward function returned a non-finite reward ({out})")
+    return out
+
+
 def verifier_reward(completions: list[str], prompts: list, **kwargs) -> list[float]:
     """Default reward: 1.0 where the prompt's task family verifies the completion."""
     from rlstream.trainers.envs import verify
@@ -220,6 +248,38 @@ def verifier_reward(completions: list[str], prompts: list, **kwargs) -> list[flo
     return [float(verify(c, p)) for c, p in zip(completions, prompts, strict=True)]
 
 
-def make_reward_fn(rules: str | Path | None) -> RewardFn:
-    """The JSON reward rules at `rules`, or each task family's verifier when None."""
+def make_reward_fn(rules: str | Path | None, fn: str | None = None) -> RewardFn:
+    """The user's function `fn` (module:function), else the JSON reward rules at `rules`,
+    else each prompt's verifier."""
+    if fn:
+        return load_reward_fn(fn)
     return build_reward(rules) if rules else verifier_reward
+
+
+def load_reward_fn(spec: str) -> RewardFn:
+    """`module:function` or `path/to/file.py:function`, imported; RewardConfigError names
+    what is wrong (the format, the module, the attribute, not callable)."""
+    import importlib
+    import importlib.util
+
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise RewardConfigError(f"{spec!r}: give module:function or path/file.py:function")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).resolve()
+            if not path.is_file():
+                raise RewardConfigError(f"{spec!r}: no such file {where!r}")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except RewardConfigError:
+        raise
+    except Exception as exc:  # the user's module: any import-time error is theirs to fix
+        raise RewardConfigError(f"{spec!r}: importing {where!r} failed ({exc!r})") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise RewardConfigError(f"{spec!r}: {where!r} has no function {name!r}")
+    return fn

@@ -161,6 +161,8 @@ def test_only_the_files_train_prompts_and_late_ones_are_requested(user_run):
     assert asked <= train | late, sorted(asked - train - late)[:5]
     assert not asked & heldout
     assert asked & late, "no prompt published mid-run was requested"
+    experience = asyncio.run(_run_rows(Endpoints.from_env(), "experience", RUN))
+    assert {r["prompt_id"] for r in experience} & late  # a plain producer's prompts trained on
     assert figures["dataset"] == DATASET and figures["completed"]
     assert figures["prompts_published_mid_run"] == len(late)
     assert figures["mid_run_prompts_requested"] == len(asked & late)
@@ -191,3 +193,62 @@ def test_bad_prompts_from_a_plain_producer_are_dead_lettered_and_the_loop_goes_o
                              strict=True):  # fmt: skip
         assert any(row["prompt_id"] in r and expected in r for r in reasons), (row, reasons)
     assert figures["completed"] and figures["rl_steps"] == STEPS
+
+
+REWARD_FN = '''
+import time
+
+
+def reward(completions, prompt_id, answer, **columns):
+    """TRL's shape; raises on boom-* prompts and hangs on stall-* ones, on purpose."""
+    if prompt_id[0].startswith("boom"):
+        raise RuntimeError("the grader's service is down")
+    if prompt_id[0].startswith("stall"):
+        time.sleep(8)
+    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+'''
+
+
+@pytest.fixture(scope="module")
+def reward_fn_run(stack_home, tmp_path_factory):
+    from tests.integration.conftest import cli
+
+    out = tmp_path_factory.mktemp("reward-fn-runs")
+    (out / "grader.py").write_text(REWARD_FN)
+    rows = [{"text": f"{a}+{a}=", "task": "numeric", "answer": str(2 * a)} for a in range(20)]
+    rows += [{"prompt_id": f"half-{a}", "text": f"{a}/2=", "task": "quiz", "verifier": "math",
+              "answer": str(a / 2), "split": "train"} for a in range(1, 5)]  # fmt: skip
+    rows += [{"prompt_id": f"{kind}-{i}", "text": f"{kind} {i}=", "task": "exact", "answer": "1",
+              "split": "train"} for kind in ("boom", "stall") for i in range(3)]  # fmt: skip
+    (out / "graded.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = out / "summary.json"
+    cli("run", "--prompts", str(out / "graded.jsonl"), "--reward-fn", f"{out}/grader.py:reward",
+        "--sampler", "uniform", "--rl-steps", "6", "--run-id", "reward-fn-it", "--out", str(out),
+        "--summary", str(summary), "--set", "rl.verifier_timeout_s=2", *SMALL,
+        timeout=600)  # fmt: skip
+    return json.loads(summary.read_text())
+
+
+def test_a_raising_or_hanging_reward_function_is_dead_lettered_and_the_loop_goes_on(reward_fn_run):
+    figures = reward_fn_run
+    assert figures["completed"] and figures["rl_steps"] == 6
+    endpoints = Endpoints.from_env()
+    requests = asyncio.run(_run_rows(endpoints, "rollout_requests", "reward-fn-it"))
+    failing = {
+        r["request_id"] for r in requests if r["prompt_id"].split("-")[0] in ("boom", "stall")
+    }
+    rewards = asyncio.run(_run_rows(endpoints, "rewards", "reward-fn-it"))
+    failed = failing & {r["request_id"] for r in rewards}  # scored before the run ended
+    zeroed = {
+        r["request_id"] for r in rewards if (r["details"] or "").startswith("verifier failed")
+    }
+    assert failed and zeroed == failed
+    letters = asyncio.run(_run_rows(endpoints, "dead_letters", "reward-fn-it"))
+    reasons = [r["reason"] for r in letters if r["error_kind"] == "verifier_failed"]
+    assert all(any(request in reason for reason in reasons) for request in failed)
+    assert any("the grader's service is down" in r for r in reasons)
+    assert any("timed out after 2 s" in r for r in reasons)
+    # the verifier column travels with the prompt: rollouts of the math prompts carry it
+    rollouts = asyncio.run(_run_rows(endpoints, "rollouts", "reward-fn-it"))
+    math = {r["verifier"] for r in rollouts if r["prompt_id"].startswith("half-")}
+    assert math <= {"math"} and {r["verifier"] for r in rollouts} - {"math"} <= {None}

@@ -7,6 +7,7 @@ from rlstream.schemas import get, prepare_row
 from rlstream.trainers.datasets import (
     DatasetView,
     generated_prompt_rows,
+    prompt_of_row,
     prompt_problem,
     split_of_row,
     usable,
@@ -87,3 +88,56 @@ def test_a_dataset_without_documents_pre_trains_on_its_train_answers():
     assert sorted(data.docs) == sorted(f"{a}+2={a + 2}\n" for a in range(40) if a % 4)
     assert all(d.split("+")[0] in {str(a) for a in range(0, 40, 4)} for d in data.validation)
     assert data.refused["train_prompts"] == 1 and len(data.eval_set) == 10
+
+
+def test_the_math_verifier_reads_the_final_answer_in_any_usual_format():
+    from rlstream.trainers.envs import Prompt, get_task, verify
+
+    half = Prompt("p", "1/2 as a decimal?", "quiz", 0, "0.5", verifier="math")
+    assert verify(r"It is one half: \boxed{\frac{1}{2}}", half)
+    assert verify("halve 1\n#### 0.5", half) and verify("<answer>1/2</answer>", half)
+    assert not verify(r"\boxed{0.25}", half) and not verify(r"\boxed{\frac{1}{2}", half)
+    math = get_task("math")
+    assert math.answer_problem("") and math.answer_problem("zz??") and not math.answer_problem("3")
+    # the verifier column beats the task: the same prompt under `exact` needs the raw text
+    assert not verify(r"\boxed{0.5}", Prompt("p", "?", "quiz", 0, "0.5", verifier="exact"))
+    assert verifier_problem({"task": "quiz", "verifier": "math", "answer": "2"}) is None
+    assert "verifier 'latex'" in verifier_problem({"task": "quiz", "verifier": "latex"})
+
+
+def test_a_reasoning_gym_export_is_a_prompt_file_its_verifier_checks_anywhere(tmp_path):
+    """`rlstream datasets export rg:gcd` rows pass publish's checks, and a verifier in another
+    process (no cached entries) scores them by the dataset's scorer on the reference answer."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from rlstream.cli import app
+    from rlstream.trainers.envs.rgym import ReasoningGymTask
+
+    out = tmp_path / "gcd.jsonl"
+    result = CliRunner().invoke(
+        app, ["datasets", "export", "rg:gcd", "--size", "12", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [prepare_row(PROMPTS, json.loads(line), "gcd") for line in out.read_text().splitlines()]
+    assert len(rows) == 12 and all(verifier_problem(r) is None for r in rows)
+    fresh = ReasoningGymTask("gcd")
+    prompt = prompt_of_row(rows[0])
+    assert prompt.verifier == "rg:gcd" and "\n" not in prompt.text
+    assert fresh.verify(f" {prompt.answer} ", prompt)
+    assert not fresh.verify(str(int(prompt.answer) + 1), prompt)
+    # the default char model's context cannot take the questions: refused, with the reason
+    assert "room for 24" in prompt_problem(rows[0], CharTokenizer(), 24)
+
+
+def test_a_restarted_scheduler_lines_its_pool_up_with_the_snapshot():
+    """Partitions interleave differently on every read: the snapshot's order wins, and the
+    prompts that joined after it follow in the order they were read."""
+    from rlstream.streams.scheduler import in_snapshot_order
+    from rlstream.trainers.envs import Prompt
+
+    entries = [(f"e{i}", Prompt(f"p{i}", "t", "exact", 0, "a")) for i in range(6)]
+    reread = [entries[i] for i in (4, 2, 0, 5, 1, 3)]
+    ordered = in_snapshot_order(reread, ["e0", "e1", "e2", "e3"])
+    assert [key for key, _ in ordered] == ["e0", "e1", "e2", "e3", "e4", "e5"]

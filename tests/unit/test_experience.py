@@ -108,3 +108,39 @@ def test_a_redelivered_copy_of_a_group_never_mixes_with_the_first():
     assert absorb(held, "rewards", score_rollouts(second)) == 2
     done = {"done_at": 1.0, "partition": 0}
     assert absorb(done, "rollouts", second) == 2 and "rollouts" not in done
+
+
+def test_a_failing_verifier_gives_its_group_reward_zero_and_a_reason():
+    """One group per failure mode, scored with the others: the good groups keep their
+    rewards; a raising, hanging or garbage-returning function zeroes only its own group."""
+    import time
+
+    from rlstream.trainers.experience import Scorer
+
+    def fn(completions, prompt_id, **kwargs):
+        if "hang" in prompt_id[0]:
+            time.sleep(3)
+        if "raise" in prompt_id[0]:
+            raise RuntimeError("no network")
+        if "garbage" in prompt_id[0]:
+            return ["x"] * len(completions)
+        return [1.0] * len(completions)
+
+    rows = []
+    for name in ("ok", "raise", "hang", "garbage", "ok2"):
+        for row in _rollouts(["ANSWER", "0"], request_id=name):
+            rows.append(row | {"prompt_id": name})
+    scorer = Scorer(fn, "v", timeout_s=0.5)
+    started = time.monotonic()
+    rewards, failures = scorer.score(rows)
+    assert time.monotonic() - started < 2.5  # the hung call was abandoned at the timeout
+    by_request = {r["request_id"]: r["reward"] for r in rewards}
+    assert len(rewards) == len(rows) and by_request == {
+        "ok": 1.0, "raise": 0.0, "hang": 0.0, "garbage": 0.0, "ok2": 1.0
+    }  # fmt: skip
+    reasons = {request: reason for _, request, reason in failures}
+    assert "no network" in reasons["raise"] and "timed out after 0.5 s" in reasons["hang"]
+    assert "not numbers" in reasons["garbage"]
+    assert [start for start, _, _ in failures] == [2, 4, 6]  # first row of each failed group
+    failed = [r for r in rewards if r["request_id"] == "raise"]
+    assert all(r["details"].startswith("verifier failed") and not r["correct"] for r in failed)

@@ -23,9 +23,11 @@ class Prompt:
     task: str
     difficulty: int
     answer: str
+    verifier: str = ""
+    """the family whose verifier checks it (`exact`, `numeric`, `math`, ...); empty: the task's"""
 
     def to_row(self) -> dict:
-        """The prompt as a plain dict (prompt_id, text, task, difficulty, answer)."""
+        """The prompt as a plain dict (prompt_id, text, task, difficulty, answer, verifier)."""
         return asdict(self)
 
 
@@ -155,5 +157,5 @@ def sample_prompts(
 
 
 def verify(completion: str, prompt: Prompt) -> bool:
-    """Whether a completion solves a prompt, by its family's verifier."""
-    return get_task(prompt.task).verify(completion, prompt)
+    """Whether a completion solves a prompt, by its verifier (`verifier`, else its task's)."""
+    return get_task(prompt.verifier or prompt.task).verify(completion, prompt)

@@ -39,10 +39,35 @@ class ReasoningGymTask:
         return prompt
 
     def verify(self, completion: str, prompt: Prompt) -> bool:
+        """The dataset's own scorer; for a prompt this process did not generate (published, or
+        exported with `rlstream datasets export`) it scores against the reference answer."""
         ds, entry = self._entries.get(prompt.prompt_id, (None, None))
-        if ds is None:
-            return completion.strip() == prompt.answer
-        return float(ds.score_answer(answer=completion.strip(), entry=entry)) >= 1.0
+        if ds is not None:
+            return float(ds.score_answer(answer=completion.strip(), entry=entry)) >= 1.0
+        import reasoning_gym
+
+        score = reasoning_gym.get_score_answer_fn(self.dataset)
+        try:
+            return float(score(completion.strip(), {"answer": prompt.answer, "metadata": {}})) >= 1
+        except (KeyError, TypeError, ValueError):  # a scorer that needs the entry's metadata
+            return completion.strip() == prompt.answer.strip()
+
+
+def export_rows(name: str, size: int, seed: int) -> list[dict]:
+    """`size` prompts of reasoning-gym dataset `name` as prompt rows (task and verifier
+    `rg:<name>`), newlines in the question flattened to spaces (the char model's newline is its
+    stop token), the entry's metadata kept as JSON."""
+    import json
+
+    import reasoning_gym
+
+    rows = []
+    for entry in reasoning_gym.create_dataset(name, size=size, seed=seed):
+        text = " ".join(str(entry["question"]).split())
+        prompt = make_prompt(f"rg:{name}", text, str(entry["answer"]), 0)
+        rows.append(prompt.to_row() | {"verifier": f"rg:{name}", "metadata": json.dumps(
+            entry.get("metadata", {}), default=str, sort_keys=True)})  # fmt: skip
+    return rows
 
     def flawed_answer(self, prompt: Prompt) -> str | None:
         return None
