@@ -203,6 +203,53 @@ class Supervisor:
         procs.terminate_all(alive, timeout_s=STOP_GRACE_S)
 
 
+LIVE_FILE = "live.json"  # the live figures, rewritten about once a second (`rlstream serve`)
+
+
+class LiveFile:
+    """The run's live figures as a JSON file beside its report, for readers in other processes
+    (`rlstream serve` streams it); written atomically (temp file + rename)."""
+
+    def __init__(self, path: Path, cfg: Config, every_s: float = 1.0):
+        self.path, self.cfg, self.every_s = path, cfg, every_s
+        self.at = float("-inf")
+
+    def write(self, view, sup: Supervisor, force: bool = False) -> None:
+        if not force and time.monotonic() - self.at < self.every_s:
+            return
+        self.at = time.monotonic()
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(live_figures(self.cfg, view, sup), default=str))
+        tmp.replace(self.path)
+
+
+def live_figures(cfg: Config, view, sup: Supervisor) -> dict:
+    """What a run looks like now: phase, steps, accuracy, reward, lag, rates, processes."""
+    return {
+        "run_id": cfg.run_id,
+        "dataset": cfg.data.dataset,
+        "updated_at": time.time(),
+        "phase": view.phase,
+        "pretrain_step": view.pretrain_step,
+        "pretrain_max_steps": cfg.pretrain.max_steps,
+        "val_loss": view.val_loss,
+        "rl_step": view.rl_step,
+        "rl_steps": cfg.rl.steps,
+        "accuracy": view.accuracy,
+        "pass1": view.pass1,
+        "reward": view.reward,
+        "policy_lag": view.policy_lag,
+        "messages_per_s": {t.split(".")[1]: r for t, r in view.rates.items() if r},
+        "processes": {
+            c.name: {"alive": bool(c.proc and c.proc.poll() is None), "restarts": c.restarts}
+            for c in sup.children
+        },
+        "evals": [
+            {k: r[k] for k in ("step", "task", "metric", "value")} for r in view.evals[-2000:]
+        ],
+    }
+
+
 def child_env(endpoints: Endpoints, cfg: Config, run_dir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ) | endpoints.as_env()
     env["RLSTREAM_SESSION_TIMEOUT_MS"] = str(cfg.loop.session_timeout_ms)
@@ -248,10 +295,15 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
         targets = metrics.file_sd_targets(sup.metrics_endpoints(), cfg.run_id)
         (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=2))
+        live = LiveFile(out / LIVE_FILE, cfg)
+
+        def tick(news: list[str]) -> None:
+            live.write(watcher.view, sup)
+            if on_tick:
+                on_tick(watcher.view, sup, news)
+
         try:
-            ok = wait_for_trainer(
-                sup, lambda news: on_tick and on_tick(watcher.view, sup, news), timeout_s
-            )
+            ok = wait_for_trainer(sup, tick, timeout_s)
         finally:
             sup.stop()
         time.sleep(2.5)  # one more throughput sample after the last events

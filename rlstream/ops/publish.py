@@ -8,12 +8,12 @@ partition) and published.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.files import read_rows
+from rlstream.connectors.files import SourceRow, read_rows
 from rlstream.connectors.kafka import EventProducer
 from rlstream.schemas import EventType, RowError, prepare_row, rows_to_batch
 
@@ -45,9 +45,14 @@ class PublishReport:
         }
 
 
-async def publish_file(
+async def publish_file(endpoints: Endpoints, path: Path, event: EventType, **options):
+    """Publish every good row of the file at `path` as `event` (see `publish_rows`)."""
+    return await publish_rows(endpoints, read_rows(path), event, **options)
+
+
+async def publish_rows(
     endpoints: Endpoints,
-    path: Path,
+    source: Iterable[SourceRow] | list[dict],
     event: EventType,
     *,
     batch_rows: int = 256,
@@ -56,7 +61,8 @@ async def publish_file(
     check: Callable[[dict], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> PublishReport:
-    """Publish every good row of `path` as `event`; report the bad ones.
+    """Publish every good row as `event`; report the bad ones. `source` is a file's rows
+    (`read_rows`) or plain dicts (e.g. a JSON body), which are located as `row N`.
 
     `dataset` tags every row (see `prepare_row`); `check(row)` may refuse a row by raising
     RowError (`rlstream run` refuses prompts it cannot train on); `on_progress(rows_read)` is
@@ -76,7 +82,7 @@ async def publish_file(
             if on_progress:
                 on_progress(report.rows_read)
 
-        for row in read_rows(path):
+        for row in _located(source):
             report.rows_read += 1
             if row.error is not None:
                 report.bad_rows.append((row.where, row.error))
@@ -97,6 +103,16 @@ async def publish_file(
         on_progress(report.rows_read)
     report.wall_s = time.perf_counter() - started
     return report
+
+
+def _located(source) -> Iterator[SourceRow]:
+    for i, row in enumerate(source):
+        if isinstance(row, SourceRow):
+            yield row
+        elif isinstance(row, dict):
+            yield SourceRow(f"row {i}", row)
+        else:
+            yield SourceRow(f"row {i}", None, f"expected an object, got {type(row).__name__}")
 
 
 def verifier_check(event: EventType) -> Callable[[dict], None] | None:
