@@ -380,6 +380,9 @@ def _run_data_path(out: Path, run_id: str, summary: Path | None) -> None:
 def stack_up(
     state_dir: Path | None = StateDirOpt,
     durable: bool = typer.Option(False, help="Keep the broker's log in the S3 server."),
+    prometheus: bool = typer.Option(
+        False, help="Also run Prometheus: it scrapes every run on the stack, with the alert rules."
+    ),
     foreground: bool = typer.Option(False, help="Run in this terminal; Ctrl-C stops it."),
 ) -> None:
     """Start the broker and the S3 server (once: a running stack is reused)."""
@@ -387,8 +390,8 @@ def stack_up(
 
     directory = _state_dir(state_dir)
     if foreground:
-        raise typer.Exit(stackctl.supervise(directory, durable))
-    state, started = stackctl.up(directory, durable=durable)
+        raise typer.Exit(stackctl.supervise(directory, durable, prometheus))
+    state, started = stackctl.up(directory, durable=durable, prometheus=prometheus)
     verb = "started" if started else "already running"
     console.print(f"[green]stack {verb}[/] in {directory}")
     _print_endpoints(state["endpoints"])

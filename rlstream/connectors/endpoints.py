@@ -23,6 +23,8 @@ _ENV = {
     "qdrant_url": "RLSTREAM_QDRANT_URL",
     "qdrant_path": "RLSTREAM_QDRANT_PATH",
     "session_timeout_ms": "RLSTREAM_SESSION_TIMEOUT_MS",
+    "prometheus_url": "RLSTREAM_PROMETHEUS_URL",
+    "prometheus_targets": "RLSTREAM_PROMETHEUS_TARGETS",
 }
 
 
@@ -46,6 +48,10 @@ class Endpoints:
     qdrant_path: str | None = None
     session_timeout_ms: int = 10_000
     """Consumer-group session timeout; the first join on Tansu waits about half of it."""
+    prometheus_url: str | None = None
+    """A Prometheus server scraping the runs (`rlstream stack up --prometheus`)."""
+    prometheus_targets: str | None = None
+    """Its file_sd directory: each run writes `<run_id>.json` there while it runs."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Endpoints:

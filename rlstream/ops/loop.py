@@ -295,6 +295,10 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
         targets = metrics.file_sd_targets(sup.metrics_endpoints(), cfg.run_id)
         (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=2))
+        scraped = None  # the stack's Prometheus scrapes the run while it runs
+        if endpoints.prometheus_targets:
+            scraped = Path(endpoints.prometheus_targets) / f"{cfg.run_id}.json"
+            scraped.write_text(json.dumps(targets, indent=2))
         live = LiveFile(out / LIVE_FILE, cfg)
 
         def tick(news: list[str]) -> None:
@@ -306,8 +310,11 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             ok = wait_for_trainer(sup, tick, timeout_s)
         finally:
             sup.stop()
+            if scraped is not None:
+                scraped.unlink(missing_ok=True)
         time.sleep(2.5)  # one more throughput sample after the last events
         watcher.stop()
+        live.write(watcher.view, sup, force=True)  # where the run ended
         summary = (
             collect(endpoints, cfg)
             | seeded

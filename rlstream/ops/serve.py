@@ -19,7 +19,6 @@ there, still going or done, because all it knows is on disk (serve.json, live.js
 summary.json). Runs use the server's stack (a running one, or one it starts for its lifetime).
 """
 
-
 import asyncio
 import json
 import os

@@ -20,7 +20,8 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 
 from rlstream.connectors.endpoints import Endpoints
@@ -29,6 +30,7 @@ from rlstream.ops import procs
 STACK_FILE = "stack.json"
 BUCKET = "rlstream"
 TANSU_BUCKET = "tansu"
+PROMETHEUS_INTERVAL = "2s"  # scrape and rule evaluation: a loopback stack is small
 
 
 class StackError(RuntimeError):
@@ -85,9 +87,9 @@ def _secrets(directory: Path) -> dict[str, str]:
 class EmbeddedStack:
     """Start and stop the servers of one state directory from this process."""
 
-    def __init__(self, directory: Path, *, durable: bool = False):
+    def __init__(self, directory: Path, *, durable: bool = False, prometheus: bool = False):
         self.directory = Path(directory).resolve()
-        self.durable = durable
+        self.durable, self.prometheus = durable, prometheus
         self.servers: list[Server] = []
         self._procs: list[subprocess.Popen] = []
         self.endpoints: Endpoints | None = None
@@ -114,6 +116,9 @@ class EmbeddedStack:
 
             asyncio.run(ensure_topics(endpoints))
             (self.directory / "qdrant").mkdir(exist_ok=True)
+            if self.prometheus:
+                url, targets = self._start_prometheus(timeout_s)
+                endpoints = replace(endpoints, prometheus_url=url, prometheus_targets=targets)
         except BaseException:
             self.stop()
             raise
@@ -165,6 +170,37 @@ class EmbeddedStack:
             raise StackError(f"Tansu exited with {proc.returncode}:\n{procs.tail_text(log)}")
         return port
 
+    def _start_prometheus(self, timeout_s: float) -> tuple[str, str]:
+        """Prometheus (Debian's package) scraping the file_sd targets runs write, with the
+        alert rules loaded; returns (its URL, the targets directory)."""
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise StackError("no `prometheus` binary: `apt-get install prometheus` (Debian)")
+        home = self.directory / "prometheus"
+        targets = home / "targets"
+        targets.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(resources.files("rlstream") / "ops" / "alerts.yml", home / "alerts.yml")
+        every = PROMETHEUS_INTERVAL
+        config = {
+            "global": {"scrape_interval": every, "evaluation_interval": every},
+            "rule_files": ["alerts.yml"],
+            "scrape_configs": [{"job_name": "rlstream", "file_sd_configs": [
+                {"files": [str(targets / "*.json")], "refresh_interval": every}]}],
+        }  # fmt: skip
+        (home / "prometheus.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
+        (port,) = procs.free_ports(1)
+        cmd = [binary, f"--config.file={home / 'prometheus.yml'}",
+               f"--storage.tsdb.path={home / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+               "--storage.tsdb.retention.time=2d"]  # fmt: skip
+        log = self.directory / "logs" / "prometheus.log"
+        proc = self._spawn("prometheus", cmd, port, log, {}, [port])
+        url = f"http://127.0.0.1:{port}"
+        if not procs.wait_until(lambda: _ready(url) or proc.poll() is not None, timeout_s):
+            raise StackError(f"Prometheus was not ready on port {port} in {timeout_s:.0f}s")
+        if proc.poll() is not None:
+            raise StackError(f"Prometheus exited with {proc.returncode}:\n{procs.tail_text(log)}")
+        return url, str(targets)
+
     def _spawn(self, name, cmd, port, log, env, ports) -> subprocess.Popen:
         proc = procs.spawn(cmd, log=log, env=env)
         self._procs.append(proc)
@@ -191,6 +227,16 @@ class EmbeddedStack:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _ready(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def _make_buckets(endpoints: Endpoints, buckets: list[str], timeout_s: float = 30.0) -> None:

@@ -62,7 +62,9 @@ def _clear_stale(directory: Path, state: dict | None) -> None:
         (directory / name).unlink(missing_ok=True)
 
 
-def up(directory: Path, *, durable: bool = False, timeout_s: float = 90.0) -> tuple[dict, bool]:
+def up(
+    directory: Path, *, durable: bool = False, prometheus: bool = False, timeout_s: float = 90.0
+) -> tuple[dict, bool]:
     """Start the stack unless it already runs; return (state, started_now)."""
     directory = Path(directory).resolve()
     with _locked(directory):
@@ -73,8 +75,8 @@ def up(directory: Path, *, durable: bool = False, timeout_s: float = 90.0) -> tu
         log = directory / "logs" / "supervisor.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "rlstream.ops.stackctl", "--dir", str(directory)]
-        if durable:
-            cmd.append("--durable")
+        cmd += ["--durable"] if durable else []
+        cmd += ["--prometheus"] if prometheus else []
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -133,7 +135,7 @@ def status(directory: Path) -> list[dict]:
     return rows
 
 
-def supervise(directory: Path, durable: bool) -> int:
+def supervise(directory: Path, durable: bool, prometheus: bool = False) -> int:
     stop = False
 
     def on_signal(signum, frame):
@@ -142,7 +144,7 @@ def supervise(directory: Path, durable: bool) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stack = EmbeddedStack(directory, durable=durable)
+    stack = EmbeddedStack(directory, durable=durable, prometheus=prometheus)
     endpoints: Endpoints = stack.start()
     endpoints.write(stack.directory)
     state = {
@@ -181,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="rlstream embedded-stack supervisor")
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--durable", action="store_true")
+    parser.add_argument("--prometheus", action="store_true")
     args = parser.parse_args(argv)
-    return supervise(args.dir, args.durable)
+    return supervise(args.dir, args.durable, args.prometheus)
 
 
 if __name__ == "__main__":

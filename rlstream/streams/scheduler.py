@@ -253,7 +253,6 @@ class Scheduler:
         self.saved = saved  # a snapshot to restore once the sampler exists
         self.sampler = None
         self.by_id = {p.prompt_id: p for p in self.pool}
-        self.joined = 0  # prompts that joined the pool after the scheduler started
         self.issued_rounds = self.saved_at = issued_rounds
         self.rewards: dict[str, list[float]] = defaultdict(list)
         features = set(check_features(cfg.selection.ppm_features))
@@ -284,7 +283,6 @@ class Scheduler:
         self.by_id.update((p.prompt_id, p) for p in prompts)
         if self.sampler is not None:
             self.sampler.extend(prompts)
-        self.joined += len(prompts)
         metrics.SCHEDULER_POOL.set(len(self.pool))
         log.info("%d prompts joined the pool (now %d)", len(prompts), len(self.pool))
 

@@ -36,7 +36,7 @@ def stack_home(tmp_path_factory) -> Path:
     saved = {k: os.environ.get(k) for k in ("RLSTREAM_HOME", "RLSTREAM_SESSION_TIMEOUT_MS")}
     os.environ["RLSTREAM_HOME"] = str(home)
     os.environ["RLSTREAM_SESSION_TIMEOUT_MS"] = "6000"  # INFRA.md: first join waits ~half
-    cli("stack", "up")
+    cli("stack", "up", "--prometheus")  # Prometheus scrapes every run of the suite
     yield home
     cli("stack", "down")
     for key, value in saved.items():
