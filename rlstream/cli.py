@@ -136,6 +136,9 @@ def run(
     dataset: str | None = typer.Option(
         None, help="data.dataset: the dataset name [default: the file's stem]."
     ),
+    mlflow: str | None = typer.Option(
+        None, help="tracking.mlflow_uri: log to this MLflow server [default: $MLFLOW_TRACKING_URI]."
+    ),
     workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
     seed: int | None = typer.Option(None, help="Seed of splits, corpus, init and sampling."),
     out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
@@ -163,7 +166,7 @@ def run(
         rl__algo=algo, rl__hybrid=hybrid, rl__reward_rules=None if reward_rules is None else
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
         data__prompts=_source(prompts), data__corpus=_source(corpus), data__dataset=dataset,
-        rl__reward_fn=trainer_commands.reward_fn_spec(reward_fn),
+        rl__reward_fn=trainer_commands.reward_fn_spec(reward_fn), tracking__mlflow_uri=mlflow,
         run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
     )  # fmt: skip
     try:

@@ -322,6 +322,19 @@ class LoopConfig:
 
 
 @dataclass
+class TrackingConfig:
+    """Experiment tracking (optional)."""
+
+    mlflow_uri: str | None = None
+    """an MLflow tracking server (http://host:port) or store; unset: $MLFLOW_TRACKING_URI when
+    set, else no tracking"""
+    experiment: str = "rlstream"
+    """the MLflow experiment runs are logged under"""
+    model_name: str = "rlstream-policy"
+    """the registered model every published policy version becomes a version of"""
+
+
+@dataclass
 class Config:
     run_id: str = "run"
     """names the run's rows on every topic, its consumer groups and object-store prefixes"""
@@ -335,6 +348,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def group(self, role: str) -> str:
         """The consumer group (faust app id) of a role in this run."""

@@ -23,6 +23,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.reading import read_rows_where
 from rlstream.ops import procs
 from rlstream.ops.publish import publish_file
+from rlstream.ops.tracking import open_tracker, safely
 from rlstream.schemas import get
 
 PROMPTS, CORPUS = get("prompts"), get("corpus")
@@ -203,6 +204,7 @@ class Supervisor:
         procs.terminate_all(alive, timeout_s=STOP_GRACE_S)
 
 
+TRACK_EVERY_S = 5.0  # MLflow: new eval and training figures are sent this often
 LIVE_FILE = "live.json"  # the live figures, rewritten about once a second (`rlstream serve`)
 
 
@@ -284,6 +286,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = cfg.write(out / "config.json")
     (out / "config.yaml").write_text(show(cfg))
+    tracker = open_tracker(cfg, out)
     started = time.monotonic()
     with stack_or_endpoints(out / "stack") as (endpoints, embedded):
         seeded = asyncio.run(seed_topics(endpoints, cfg, out))
@@ -300,14 +303,21 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             scraped = Path(endpoints.prometheus_targets) / f"{cfg.run_id}.json"
             scraped.write_text(json.dumps(targets, indent=2))
         live = LiveFile(out / LIVE_FILE, cfg)
+        tracked = {"at": time.monotonic()}
 
         def tick(news: list[str]) -> None:
             live.write(watcher.view, sup)
+            if time.monotonic() - tracked["at"] > TRACK_EVERY_S:
+                tracked["at"] = time.monotonic()
+                safely(tracker, "log_evals", list(watcher.view.evals))
             if on_tick:
                 on_tick(watcher.view, sup, news)
 
         try:
             ok = wait_for_trainer(sup, tick, timeout_s)
+        except KeyboardInterrupt:
+            safely(tracker, "stopped")
+            raise
         finally:
             sup.stop()
             if scraped is not None:
@@ -330,6 +340,11 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         store = ObjectStore(endpoints)
         for path in (report, out / "curves.png"):
             store.put_file(f"{cfg.run_id}/reports/{path.name}", path)
+        if tracker is not None:
+            safely(tracker, "log_evals", list(watcher.view.evals))
+            versions = asyncio.run(_run_rows(endpoints, "policy_versions", cfg.run_id))
+            artifacts = [report, out / "curves.png", out / "config.yaml"]
+            safely(tracker, "finish", summary, artifacts, versions)
     summary["report"] = str(report)
     return summary
 

@@ -1,6 +1,7 @@
 """`rlstream serve` over real HTTP (httpx against the running server, which runs its submitted
 runs as child processes on the session's stack): auth, validation, a run followed to the end
-through server-sent events, its artifacts, a clean stop and a resume, and publishing prompts."""
+through server-sent events, its artifacts, a clean stop and a resume, and publishing prompts.
+The submitted runs are tracked in a real `mlflow server` started here on loopback."""
 
 from __future__ import annotations
 
@@ -30,6 +31,31 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_url(tmp_path_factory):
+    """A real MLflow tracking server (SQLite store, local artifacts) on a free loopback port."""
+    home = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+           "--backend-store-uri", f"sqlite:///{home}/mlflow.db",
+           "--artifacts-destination", str(home / "artifacts")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=home)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        raise AssertionError("mlflow server did not come up")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +119,10 @@ def test_a_bad_config_is_a_422_naming_the_field(server):
     assert client.get("/runs/no-such-run").status_code == 404
 
 
-def test_a_submitted_run_is_followed_to_its_end_and_its_results_fetched(server):
+def test_a_submitted_run_is_followed_to_its_end_and_its_results_fetched(server, mlflow_url):
     client, _ = server
-    response = client.post("/runs", json={"run_id": "api-it", **SMALL})
+    body = {"run_id": "api-it", **SMALL, "tracking": {"mlflow_uri": mlflow_url}}
+    response = client.post("/runs", json=body)
     assert response.status_code == 201, response.text
     assert response.json()["state"] in ("submitted", "running")
     events = _events(client, "api-it")
@@ -115,9 +142,10 @@ def test_a_submitted_run_is_followed_to_its_end_and_its_results_fetched(server):
     assert client.post("/runs", json={"run_id": "api-it"}).status_code == 409
 
 
-def test_delete_stops_a_run_cleanly_and_resume_continues_it(server):
+def test_delete_stops_a_run_cleanly_and_resume_continues_it(server, mlflow_url):
     client, out = server
-    body = {"run_id": "api-stop", **SMALL, "rl": {**SMALL["rl"], "steps": 12}}
+    body = {"run_id": "api-stop", **SMALL, "rl": {**SMALL["rl"], "steps": 12},
+            "tracking": {"mlflow_uri": mlflow_url}}  # fmt: skip
     assert client.post("/runs", json=body).status_code == 201
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -146,3 +174,48 @@ def test_prompts_posted_to_a_dataset_are_validated_and_published(server):
     assert report["rows_published"] == 5 and report["bad_rows"] == 2
     reasons = dict(report["bad"])
     assert "names no verifier" in reasons["row 5"] and "expected an object" in reasons["row 6"]
+
+
+def _mlflow_run(url: str, name: str):
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=url)
+    experiment = client.get_experiment_by_name("rlstream")
+    runs = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{name}'")
+    return client, runs
+
+
+def test_the_runs_are_tracked_in_mlflow_with_a_model_version_per_policy_version(server, mlflow_url):
+    """Params, per-step metrics, artifacts, and one registered model version per published
+    policy version whose source (the checkpoint in the object store) loads as the policy; the
+    stopped-and-resumed run is one MLflow run."""
+    import asyncio
+
+    from rlstream.connectors.endpoints import Endpoints
+    from rlstream.connectors.objectstore import ObjectStore
+    from rlstream.ops.loop import _run_rows
+    from rlstream.trainers.policy import policy_from_bytes
+
+    client, runs = _mlflow_run(mlflow_url, "api-it")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    run = runs[0]
+    assert run.data.params["rl.steps"] == "4" and run.data.params["data.dataset"]
+    greedy = client.get_metric_history(run.info.run_id, "all/greedy")
+    assert len({m.step for m in greedy}) >= 2
+    assert run.data.metrics["summary/rl_steps"] == 4
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"report.md", "curves.png", "config.yaml", "summary.json"} <= artifacts
+    endpoints = Endpoints.from_env()
+    announced = asyncio.run(_run_rows(endpoints, "policy_versions", "api-it"))
+    published = {r["version"] for r in announced if r["phase"] != "done"}
+    versions = client.search_model_versions(
+        "name='rlstream-policy' and tags.`rlstream.run_id`='api-it'"
+    )
+    assert {int(v.tags["rlstream.policy_version"]) for v in versions} == published
+    last = max(versions, key=lambda v: int(v.tags["rlstream.policy_version"]))
+    assert last.run_id == run.info.run_id and last.tags["rlstream.phase"] == "rl"
+    name = last.source.split("/", 3)[3]  # s3://bucket/<name>
+    policy = policy_from_bytes(ObjectStore(endpoints).get_bytes(name))
+    assert policy.version == int(last.tags["rlstream.policy_version"])
+    _, resumed = _mlflow_run(mlflow_url, "api-stop")
+    assert len(resumed) == 1 and resumed[0].info.status == "FINISHED"
