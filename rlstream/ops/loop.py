@@ -23,8 +23,8 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.reading import read_rows_where
 from rlstream.ops import procs
 from rlstream.ops.publish import publish_file
-from rlstream.ops.tracking import open_tracker, safely
 from rlstream.schemas import get
+from rlstream.tracking import open_tracker, safely
 
 PROMPTS, CORPUS = get("prompts"), get("corpus")
 BAD_ROWS_SHOWN = 20  # refused rows listed in the summary and report (all are counted)

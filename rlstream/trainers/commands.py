@@ -70,6 +70,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         hybrid: bool | None = typer.Option(None, "--hybrid/--no-hybrid", help="rl.hybrid"),
         reward_rules: Path | None = typer.Option(None, help="rl.reward_rules: JSON rules file"),
         reward_fn: str | None = typer.Option(None, help="rl.reward_fn: module:function"),
+        mlflow: str | None = typer.Option(None, help="tracking.mlflow_uri (MLflow server)"),
         prompts: Path | None = typer.Option(None, help="data.prompts: JSONL/CSV/Parquet file"),
         corpus: Path | None = typer.Option(None, help="data.corpus: documents file"),
         checkpoint_dir: Path | None = typer.Option(None, help="checkpoint directory"),
@@ -90,7 +91,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             rl__steps=rl_steps, pretrain__max_steps=pretrain_max_steps, seed=seed,
             model__threads=threads, model__backend=backend, rl__hybrid=hybrid,
             rl__reward_rules=s(reward_rules), data__prompts=s(prompts), data__corpus=s(corpus),
-            rl__reward_fn=reward_fn_spec(reward_fn),
+            rl__reward_fn=reward_fn_spec(reward_fn), tracking__mlflow_uri=mlflow,
         )  # fmt: skip
         streaming_only(cfg, "`rlstream train`")
         opts = LocalOptions(s(checkpoint_dir), resume, s(out_dir), s(summary), progress)

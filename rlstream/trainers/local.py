@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlstream.config import Config, ConfigError, to_dict
+from rlstream.tracking import track_local, tracking_uri
 from rlstream.trainers.checkpoint import (
     CheckpointStore,
     DirectoryStore,
@@ -197,4 +199,6 @@ def train_local(
     final = last if "greedy" in last else run.evaluate()
     summary = make_summary(run, final, time.time() - t0)
     write_outputs(run, opts, summary)
+    if tracking_uri(cfg):
+        track_local(cfg, Path(opts.out_dir) if opts.out_dir else None, run.history, summary)
     return summary

@@ -119,3 +119,29 @@ def test_cli_train_and_bench_help():
         timeout=60,
     )
     assert bad.returncode != 0 and "nope" in bad.stderr and "unknown setting" in bad.stderr
+
+
+def test_an_in_process_run_is_tracked_in_mlflow(tmp_path):
+    """`rlstream train --mlflow URI`: params, the history as metrics at their steps, the
+    summary and the artifacts, in a real MLflow store (SQLite, in this process's reach)."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    sets = [arg for item in TINY for arg in ("--set", item)]
+    out = subprocess.run(
+        [sys.executable, "-m", "rlstream.cli", "train", *sets, "--mlflow", uri, "--no-progress",
+         "--set", "run_id=local-mlflow", "--out-dir", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("rlstream")
+    [run] = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED" and run.info.run_name == "local-mlflow"
+    assert run.data.params["rl.steps"] == "4" and run.data.params["selection.sampler"] == "uniform"
+    rewards = client.get_metric_history(run.info.run_id, "rl/reward")
+    assert sorted(m.step for m in rewards) == [1, 2, 3, 4]
+    assert client.get_metric_history(run.info.run_id, "pretrain/val_loss")
+    assert run.data.metrics["summary/rl_steps"] == 4
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"curves.png", "config.yaml", "summary.json"} <= artifacts

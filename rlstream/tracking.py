@@ -45,7 +45,7 @@ def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
 class MlflowRun:
     """The MLflow side of one run; every call is a no-op when tracking is off."""
 
-    def __init__(self, cfg: Config, out: Path):
+    def __init__(self, cfg: Config, out: Path | None):
         self.cfg, self.out = cfg, out
         self.uri = tracking_uri(cfg)
         self.run_id: str | None = None
@@ -56,8 +56,8 @@ class MlflowRun:
 
         mlflow.set_tracking_uri(self.uri)
         self.client = mlflow.MlflowClient()
-        saved = out / MLFLOW_FILE
-        if saved.exists():  # a resumed run continues its MLflow run
+        saved = out / MLFLOW_FILE if out is not None else None
+        if saved is not None and saved.exists():  # a resumed run continues its MLflow run
             self.run_id = json.loads(saved.read_text())["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
             return
@@ -147,6 +147,8 @@ class MlflowRun:
             )  # fmt: skip
 
     def _save(self) -> None:
+        if self.out is None:
+            return
         payload = {"run_id": self.run_id}  # not the URI: it may hold a login
         (self.out / MLFLOW_FILE).write_text(json.dumps(payload))
 
@@ -163,7 +165,35 @@ def safely(tracker: MlflowRun | None, method: str, *args) -> None:
         tracker.run_id = None
 
 
-def open_tracker(cfg: Config, out: Path) -> MlflowRun | None:
+def history_rows(history: list[dict]) -> list[dict]:
+    """The in-process loop's history as eval_results-like rows (task = phase), RL figures at
+    their RL step.
+
+    >>> history_rows([{"phase": "rl", "step": 60, "rl_step": 2, "reward": 0.5, "tag": "x"}])
+    [{'task': 'rl', 'metric': 'reward', 'value': 0.5, 'step': 2}]
+    """
+    rows = []
+    for row in history:
+        step = row.get("rl_step", row["step"]) if row.get("phase") == "rl" else row["step"]
+        for key, value in row.items():
+            if key in ("step", "rl_step", "phase") or isinstance(value, bool):
+                continue
+            if isinstance(value, int | float):
+                rows.append({"task": row.get("phase", "run"), "metric": key, "value": value,
+                             "step": step})  # fmt: skip
+    return rows
+
+
+def track_local(cfg: Config, out: Path | None, history: list[dict], summary: dict) -> None:
+    """The in-process loop's run in MLflow (at its end): params, its history as metrics, the
+    summary, and the curves and config when written. It publishes no policy versions."""
+    tracker = open_tracker(cfg, out)
+    artifacts = [out / "curves.png", out / "config.yaml"] if out is not None else []
+    safely(tracker, "log_evals", history_rows(history))
+    safely(tracker, "finish", summary | {"completed": True}, artifacts, [])
+
+
+def open_tracker(cfg: Config, out: Path | None) -> MlflowRun | None:
     """The run's MLflow tracker, or None when tracking is off or the server cannot be reached
     (a warning says so; the run goes on)."""
     if tracking_uri(cfg) is None:
