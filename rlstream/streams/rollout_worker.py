@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import zlib
+from collections import Counter
 from pathlib import Path
 
 import faust
@@ -114,7 +115,8 @@ def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
             by_size.setdefault(request["group_size"], []).append(request)
         for same_size in by_size.values():
             rows = rollout_rows(same_size, policy, cfg, worker_id, generator)
-            metrics.ROLLOUTS_GENERATED.inc(len(rows))
+            for task, n in Counter(r["task"] for r in rows).items():
+                metrics.ROLLOUTS_GENERATED.labels(task).inc(n)
             batch = rows_to_batch(ROLLOUTS, rows, run_id=cfg.run_id, policy_version=policy.version)
             await glue.emit(ROLLOUTS, batch)  # split by key: a group never spans messages
 

@@ -171,6 +171,11 @@ class StreamTrainer:
             for k in names
             if k in row and row[k] == row[k]
         ]
+        for r in rows:
+            if r["metric"].endswith("loss"):
+                prom.TRAINER_LOSS.labels(phase, r["metric"]).set(r["value"])
+            elif r["metric"] == "entropy":
+                prom.TRAINER_ENTROPY.set(r["value"])
         if rows:
             version = self.state.version
             await producer.send(

@@ -69,6 +69,22 @@ def test_a_live_run_is_scraped_and_a_dead_letter_fires_its_alert(stack_home, tmp
         assert steps[0]["metric"]["process"] == "trainer"
         up = _query(url, f'up{{run_id="{RUN}"}}')
         assert {s["metric"]["process"] for s in up} >= {"trainer", "scheduler", "processors"}
+        # the design notes' views: loss per phase, entropy, interactions per task, and each
+        # process's CPU and memory
+        losses = _query(url, f'rlstream_trainer_loss{{run_id="{RUN}"}}')
+        assert {(s["metric"]["phase"], s["metric"]["kind"]) for s in losses} >= {
+            ("pretrain", "val_loss"), ("rl", "pg_loss")
+        }  # fmt: skip
+        assert _query(url, f'rlstream_trainer_policy_entropy{{run_id="{RUN}"}}')
+        by_task = _query(
+            url, f'sum by (task) (rlstream_rollout_worker_completions_total{{run_id="{RUN}"}})'
+        )
+        assert {s["metric"]["task"] for s in by_task} == {"add", "sub"}
+        memory = _query(url, f'process_resident_memory_bytes{{run_id="{RUN}"}}')
+        cpu = _query(url, f'process_cpu_seconds_total{{run_id="{RUN}"}}')
+        kinds = {"trainer", "scheduler", "processors", "rollouts-1", "rollouts-2"}
+        assert {s["metric"]["process"] for s in memory} == kinds
+        assert {s["metric"]["process"] for s in cpu} == kinds
         # garbage mid-run: the scheduler and the processors dead-letter it, and the alert fires
         letters = f'sum(rlstream_consumer_dead_letters_total{{run_id="{RUN}"}}) or vector(0)'
         time.sleep(3)  # a scrape after the run's start-up (it dead-letters older garbage too)
