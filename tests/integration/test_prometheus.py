@@ -92,13 +92,14 @@ def test_a_live_run_is_scraped_and_a_dead_letter_fires_its_alert(stack_home, tmp
         asyncio.run(_publish_garbage([get("rewards").topic]))
         firing, after = [], before
         deadline = time.monotonic() + 60
-        while not (firing and after > before) and time.monotonic() < deadline:
+        while not (firing and after >= before + 2) and time.monotonic() < deadline:
             time.sleep(1)
             after = float(_query(url, letters)[0]["value"][1])
             firing = _firing(url, "RlstreamDeadLetters")
         assert after >= before + 2  # the scheduler's and the processors' dead letters
         assert firing, "RlstreamDeadLetters did not fire"
-        assert {a["labels"]["topic"] for a in firing} == {get("rewards").topic}
+        # (rl.experience.v2 may fire too: the trainer dead-letters earlier tests' garbage there)
+        assert get("rewards").topic in {a["labels"]["topic"] for a in firing}
         assert all(a["labels"]["severity"] == "warning" for a in firing)
     finally:
         os.killpg(run.pid, signal.SIGINT)  # Ctrl-C: the run stops every process

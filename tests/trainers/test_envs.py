@@ -28,7 +28,7 @@ def test_every_family_verifies_its_own_answer_and_rejects_its_flaw(name):
 def test_prompt_rows_are_plain_str_and_int():
     p = get_task("add").generate(random.Random(1), 2)
     row = p.to_row()
-    assert set(row) == {"prompt_id", "text", "task", "difficulty", "answer"}
+    assert set(row) == {"prompt_id", "text", "task", "difficulty", "answer", "verifier"}
     assert all(type(v) in (str, int) for v in row.values())
 
 
