@@ -83,6 +83,45 @@ def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
     return rows
 
 
+class VersionWindow:
+    """Event ids by the policy version that produced them, kept only while trainable.
+
+    The trainer trains a row only while `version - row.policy_version <= max_policy_lag`, and its
+    version only grows: once a version falls below that floor, none of its rows can ever be
+    trained again, whether seen before or not, so their ids can be forgotten (`forget_before`).
+    A copy redelivered later is dropped as stale by its version alone (counted as stale, not as a
+    duplicate). The set stays about `(max_policy_lag + 1) x rows per version` ids however long
+    the run. An event id has one version: copies are byte-identical (the assembler keeps the
+    first copy of a group).
+    """
+
+    def __init__(self) -> None:
+        self.by_version: dict[int, set[str]] = defaultdict(set)
+
+    def __contains__(self, row: dict) -> bool:
+        return row["event_id"] in self.by_version.get(row["policy_version"], ())
+
+    def add(self, row: dict) -> None:
+        self.by_version[row["policy_version"]].add(row["event_id"])
+
+    def forget_before(self, floor: int) -> None:
+        for version in [v for v in self.by_version if v < floor]:
+            del self.by_version[version]
+
+    def __len__(self) -> int:
+        return sum(len(ids) for ids in self.by_version.values())
+
+    def state_dict(self) -> dict[str, list[str]]:
+        return {str(v): sorted(ids) for v, ids in self.by_version.items()}
+
+    def load_state_dict(self, state, version: int) -> None:
+        """`state` as saved; a checkpoint from before the window (a flat id list) is kept at
+        `version`, so it lasts as long as anything it could de-duplicate."""
+        if isinstance(state, list):
+            state = {str(version): state}
+        self.by_version = defaultdict(set, {int(v): set(ids) for v, ids in state.items()})
+
+
 class StreamTrainer:
     """The training core (`TrainState`, `pretrain_step`, `rl_update`) fed from topics."""
 
@@ -98,22 +137,23 @@ class StreamTrainer:
         self.doc_ids: set[str] = set()  # documents in the corpus (hybrid: new ones join it)
         self.arrived: list[tuple[str, str]] = []  # fed-back documents not in the corpus yet
         self.pretrain_eval: dict = {}
-        self.seen: set[str] = set()
+        self.seen = VersionWindow()  # rows taken (the de-duplication)
+        self.trained = VersionWindow()  # rows trained, kept apart to count what `seen` misses
         self.counters = defaultdict(float)
         self.pending: dict[str, dict[int, dict]] = defaultdict(dict)
         self.ready: list[list[dict]] = []
-        self.trained_ids: list[str] = []
 
     def state_dict(self) -> dict:
-        """The train state plus the stream's: ids seen, rows taken but not trained yet (their
-        offsets are committed with this checkpoint), the ids trained, and counters."""
+        """The train state plus the stream's: ids seen and trained (within the trainable
+        window), rows taken but not trained yet (their offsets are committed with this
+        checkpoint), and counters."""
         pending = {rid: list(group.values()) for rid, group in self.pending.items()}
         stream = {
-            "seen": sorted(self.seen),
+            "seen": self.seen.state_dict(),
             "counters": dict(self.counters),
             "pending": pending,
             "ready": self.ready,
-            "trained_ids": self.trained_ids,
+            "trained_ids": self.trained.state_dict(),
             "pretrain_eval": self.pretrain_eval,
         }
         return self.state.state_dict() | {"stream": stream}
@@ -125,13 +165,13 @@ class StreamTrainer:
         self.state.load_state_dict(ck)
         set_rng_state(ck["rng"])
         stream = ck["stream"]
-        self.seen = set(stream["seen"])
+        self.seen.load_state_dict(stream["seen"], self.state.version)
         self.counters.update(stream["counters"])
         self.pending.update(
             {rid: {r["sample_idx"]: r for r in rows} for rid, rows in stream["pending"].items()}
         )
         self.ready = stream["ready"]
-        self.trained_ids = stream["trained_ids"]
+        self.trained.load_state_dict(stream["trained_ids"], self.state.version)
         self.pretrain_eval = stream["pretrain_eval"]
         log.info("resumed at step %d (phase %s)", self.state.step, self.state.phase)
         return True
@@ -232,12 +272,14 @@ class StreamTrainer:
         self.checkpoint()
 
     def take(self, rows: list[dict]) -> None:
+        floor = self.state.version - self.cfg.rl.max_policy_lag
         for row in rows:
-            if row["event_id"] in self.seen:
+            if row in self.seen:
                 self.counters["duplicates_skipped"] += 1
                 prom.TRAINER_DUPLICATES.inc()
                 continue
-            self.seen.add(row["event_id"])
+            if row["policy_version"] >= floor:  # an older row is stale: it is never trained
+                self.seen.add(row)
             group = self.pending[row["request_id"]]
             group[row["sample_idx"]] = row
             if len(group) == self.cfg.rl.group_size:
@@ -292,7 +334,14 @@ class StreamTrainer:
         c["filtered_this_batch"] = 0
         c["zero_variance_groups"] += m["zero_variance_groups"]
         trained = set(m.pop("trained_group_ids"))
-        self.trained_ids += [r["event_id"] for r in rows if r["request_id"] in trained]
+        for row in rows:
+            if row["request_id"] in trained:
+                c["duplicates_trained"] += row in self.trained
+                self.trained.add(row)
+        floor = self.state.version - self.cfg.rl.max_policy_lag
+        self.seen.forget_before(floor)
+        self.trained.forget_before(floor)
+        c["dedup_window_ids"] = len(self.seen)
         c["experience_trained"] += len(trained) * self.cfg.rl.group_size
         prom.TRAINER_STALE_GROUPS.inc(m["dropped_groups"])
         prom.TRAINER_ZERO_VARIANCE_GROUPS.inc(m["zero_variance_groups"])
@@ -433,7 +482,8 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         "rl_steps": st.rl_step,
         "experience_trained": int(c["experience_trained"]),
         "duplicates_skipped": int(c["duplicates_skipped"]),
-        "duplicates_trained": len(trainer.trained_ids) - len(set(trainer.trained_ids)),
+        "duplicates_trained": int(c["duplicates_trained"]),
+        "dedup_window_ids": int(c["dedup_window_ids"]),
         "stale_dropped": int(c["stale_dropped"]),
         "groups_consumed": int(c["groups_consumed"]),
         "zero_variance_share": round(c["zero_variance_groups"] / c["groups_consumed"], 4)

@@ -1,0 +1,66 @@
+"""The streaming trainer's de-duplication is bounded: ids are kept by policy version only while
+a row of that version could still be trained, and a copy redelivered after its version left the
+window is dropped as stale, never trained. No servers: rows are handed to `take`/`update`."""
+
+from __future__ import annotations
+
+from rlstream.config import load_config
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.streams.trainer import StreamTrainer, VersionWindow
+
+G, P, LAG = 2, 1, 2
+
+
+def group(request: str, version: int, rewards=(1.0, 0.0)) -> list[dict]:
+    return [
+        {"event_id": f"{request}-{i}", "request_id": request, "prompt_id": request,
+         "sample_idx": i, "task": "add", "reward": r, "correct": r > 0, "policy_version": version,
+         "prompt_tokens": [5, 6, 7], "completion_tokens": [8, 1], "logprobs": [-0.5, -0.7]}
+        for i, r in enumerate(rewards)
+    ]  # fmt: skip
+
+
+def trainer() -> StreamTrainer:
+    sets = [f"rl.group_size={G}", f"rl.prompts_per_step={P}", f"rl.max_policy_lag={LAG}"]
+    cfg = load_config(None, [*sets, "model.n_layer=1", "model.n_embd=32"])
+    t = StreamTrainer(cfg, Endpoints())
+    t.state.start_rl()
+    return t
+
+
+def test_the_window_forgets_versions_below_its_floor_and_round_trips():
+    w = VersionWindow()
+    for v in range(6):
+        for row in group(f"r{v}", v):
+            w.add(row)
+    assert len(w) == 12 and group("r3", 3)[0] in w and group("r3", 4)[0] not in w
+    w.forget_before(4)
+    assert len(w) == 4 and group("r3", 3)[0] not in w and group("r5", 5)[1] in w
+    restored = VersionWindow()
+    restored.load_state_dict(w.state_dict(), version=9)
+    assert restored.state_dict() == w.state_dict()
+    legacy = VersionWindow()  # a checkpoint from before the window: a flat list of ids
+    legacy.load_state_dict(["r1-0"], version=7)
+    assert {"event_id": "r1-0", "policy_version": 7} in legacy
+
+
+def test_redelivered_rows_are_skipped_in_the_window_and_stale_after_it():
+    t = trainer()
+    steps = 8
+    for step in range(steps):
+        rows = group(f"r{step}", t.state.version)
+        t.take(rows)
+        t.take(rows)  # an at-least-once copy while its version is trainable: skipped
+        t.update(t.ready)
+        t.ready = []
+    c = t.counters
+    assert c["duplicates_skipped"] == steps * G and c["experience_trained"] == steps * G
+    assert len(t.seen) <= (LAG + 1) * G  # bounded: only the trainable versions' ids
+    old = group("r0", 0)  # redelivered long after its version left the window
+    assert old[0] not in t.seen
+    t.take(old)
+    m = t.update(t.ready)
+    assert m["dropped_groups"] == 1 and c["experience_trained"] == steps * G  # never trained
+    assert c["duplicates_trained"] == 0
+    state = t.state_dict()["stream"]
+    assert sum(len(ids) for ids in state["seen"].values()) == len(t.seen)
