@@ -27,7 +27,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.schemas import get, rows_to_batch
 from rlstream.streams.app import Glue, make_app, raw_topic
 from rlstream.streams.policystore import PolicyFollower
-from rlstream.trainers.envs import Prompt
+from rlstream.trainers.datasets import prompt_of_row
 from rlstream.trainers.policy import Policy, rollout
 
 REQUESTS, ROLLOUTS = get("rollout_requests"), get("rollouts")
@@ -42,17 +42,7 @@ def rollout_rows(
     generator: torch.Generator,
 ) -> list[dict]:
     """G completions for each request (pure apart from the model's sampling)."""
-    prompts = [
-        Prompt(
-            r["prompt_id"],
-            r["text"],
-            r["task"],
-            r.get("difficulty") or 0,
-            r.get("answer") or "",
-            r.get("verifier") or "",
-        )  # fmt: skip
-        for r in requests
-    ]
+    prompts = [prompt_of_row(r) for r in requests]
     G = requests[0]["group_size"]
     s = rollout(policy, prompts, G, cfg.rl.max_new_tokens, cfg.rl.temperature, generator)
     rows = []

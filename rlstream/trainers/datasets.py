@@ -28,6 +28,7 @@ HELDOUT_SALT = 0  # split_of seed for carving user datasets: independent of the 
 
 
 def prompt_of_row(row: dict) -> Prompt:
+    """The Prompt a prompts (or rollout_requests) row describes."""
     return Prompt(
         row["prompt_id"],
         row["text"],

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 from rlstream.schemas import make_event_id
+from rlstream.trainers.datasets import prompt_of_row
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
 
 
 def prompt_of(row: dict) -> Prompt:
     """The Prompt a rollout row answers (the fields its verifier needs)."""
-    return Prompt(row["prompt_id"], row["prompt_text"], row["task"], row.get("difficulty") or 0,
-                  row.get("answer") or "", row.get("verifier") or "")  # fmt: skip
+    return prompt_of_row(row | {"text": row["prompt_text"]})
 
 
 def score_rollouts(

@@ -33,6 +33,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_until_up(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
+    """Until `url` answers 200; a server that exits or never answers fails the fixture."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    output = proc.communicate()[0] if proc.stdout else ""
+    raise AssertionError(f"{url} did not come up:\n{output}")
+
+
 @pytest.fixture(scope="module")
 def mlflow_url(tmp_path_factory):
     """A real MLflow tracking server (SQLite store, local artifacts) on a free loopback port."""
@@ -43,16 +58,7 @@ def mlflow_url(tmp_path_factory):
            "--artifacts-destination", str(home / "artifacts")]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=home)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        raise AssertionError("mlflow server did not come up")
+    _wait_until_up(proc, f"{url}/health", 120)
     yield url
     proc.terminate()
     proc.wait(timeout=30)
@@ -67,16 +73,7 @@ def server(stack_home, tmp_path_factory):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        raise AssertionError(proc.communicate()[0])
+    _wait_until_up(proc, f"{url}/openapi.json", 60)
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     yield client, out
     client.close()
