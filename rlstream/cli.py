@@ -199,7 +199,8 @@ def serve(
     no_auth: bool = typer.Option(False, help="No bearer token (allowed on loopback only)."),
 ) -> None:
     """Run control over HTTP: submit, list, follow (server-sent events), stop and resume runs,
-    fetch their reports, publish prompts. Needs RLSTREAM_API_TOKEN (bearer) unless --no-auth.
+    fetch their reports, publish prompts; a web view at /. Needs RLSTREAM_API_TOKEN (bearer)
+    unless --no-auth.
     Runs use a running stack, or one started here for the server's lifetime."""
     import os
 
@@ -219,8 +220,10 @@ def serve(
     with stack_or_endpoints(out / "_stack") as (stack, embedded):
         runs = Runs(out, dict(os.environ) | stack.as_env())
         where = "started for this server" if embedded else "running"
-        console.print(f"rlstream serve on http://{host}:{port} (API docs: /docs); runs under "
-                      f"{out}; stack {where} (broker {stack.kafka_bootstrap})")  # fmt: skip
+        console.print(
+            f"rlstream serve on http://{host}:{port} (web view: /, API docs: /docs); "
+            f"runs under {out}; stack {where} (broker {stack.kafka_bootstrap})"
+        )
         uvicorn.run(make_app(runs, token if not no_auth else None, stack), host=host, port=port,
                     log_level="warning")  # fmt: skip
 

@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+# the web view's test drives a real headless browser: Debian's chromium (playwright downloads none)
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=$([ "$(id -u)" -eq 0 ] && echo "" || echo "sudo")
+  $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+    || echo "could not install chromium: the web view test will say so" >&2
+fi
 . .venv/bin/activate
 ruff check rlstream tests
 ruff format --check rlstream tests

@@ -210,18 +210,39 @@ LIVE_FILE = "live.json"  # the live figures, rewritten about once a second (`rls
 
 class LiveFile:
     """The run's live figures as a JSON file beside its report, for readers in other processes
-    (`rlstream serve` streams it); written atomically (temp file + rename)."""
+    (`rlstream serve` streams it); written atomically (temp file + rename).
+
+    `trace` is the figures that have no event of their own (policy lag, messages/s) sampled
+    every `TRACE_EVERY_S`, thinned to every other sample past `TRACE_MAX`, so a page opened
+    mid-run can draw them from the start; a resumed run continues its trace."""
+
+    TRACE_EVERY_S, TRACE_MAX = 5.0, 720
 
     def __init__(self, path: Path, cfg: Config, every_s: float = 1.0):
         self.path, self.cfg, self.every_s = path, cfg, every_s
-        self.at = float("-inf")
+        self.at = self.traced_at = float("-inf")
+        try:
+            self.trace: list[dict] = list(json.loads(path.read_text()).get("trace", []))
+        except (OSError, ValueError, AttributeError):
+            self.trace = []
 
     def write(self, view, sup: Supervisor, force: bool = False) -> None:
         if not force and time.monotonic() - self.at < self.every_s:
             return
         self.at = time.monotonic()
+        figures = live_figures(self.cfg, view, sup)
+        if force or self.at - self.traced_at >= self.TRACE_EVERY_S:
+            self.traced_at = self.at
+            self.trace.append({
+                "t": figures["updated_at"],
+                "rl_step": view.rl_step,
+                "policy_lag": view.policy_lag,
+                "messages_per_s": round(sum(figures["messages_per_s"].values()), 2),
+            })  # fmt: skip
+            if len(self.trace) > self.TRACE_MAX:
+                self.trace = self.trace[::2]
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(live_figures(self.cfg, view, sup), default=str))
+        tmp.write_text(json.dumps(figures | {"trace": self.trace}, default=str))
         tmp.replace(self.path)
 
 

@@ -11,8 +11,10 @@
     GET    /runs/{id}/events          server-sent events: the live figures as they change, then
                                       `event: end` with the summary
     POST   /datasets/{name}/prompts   JSON rows, validated and published like `rlstream publish`
+    GET    /, /ui/runs/{id}[/rollouts] the web view (`webview.py`), and /runs/{id}/rollouts
 
-Every route but /docs and /openapi.json needs `Authorization: Bearer $RLSTREAM_API_TOKEN`.
+Every route but /docs, /openapi.json, /login and /static needs `Authorization: Bearer
+$RLSTREAM_API_TOKEN`; GET requests may carry it as the web view's sign-in cookie instead.
 Each run is a supervised child process (`rlstream run` in its own session, so a stop reaches all
 of its processes) writing under the server's run directory; a restarted server finds every run
 there, still going or done, because all it knows is on disk (serve.json, live.json,
@@ -35,6 +37,7 @@ from rlstream.config import Config, ConfigError, from_dict
 from rlstream.ops.loop import LIVE_FILE
 
 SERVE_FILE = "serve.json"  # per run: the child's pid and command, written by the server
+COOKIE = "rlstream_token"  # the web view's copy of the token (GET requests only)
 
 
 class RunNotFound(KeyError):
@@ -105,7 +108,7 @@ class Runs:
             state = "finished" if summary.get("completed") else "failed"
         else:  # Ctrl-C (130), or a server that no longer knows the exit code
             state = "stopped" if info.get("exit_code") in (130, None) else "failed"
-        figures = {k: v for k, v in live.items() if k != "evals"}
+        figures = {k: v for k, v in live.items() if k not in ("evals", "trace")}
         if summary is not None:
             figures["idle_share"] = summary.get("trainer_idle_share")
             figures["final_accuracy"] = summary.get("final_accuracy")
@@ -169,22 +172,41 @@ def _read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def make_app(runs: Runs, token: str | None, endpoints=None):
-    """The FastAPI app over `runs`; token None: no auth (loopback only, checked by the CLI)."""
-    from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+def authorized_by(request, token: str | None) -> bool:
+    """The request carries the token: as a bearer header, or for a GET as the web view's cookie
+    (a cookie alone never changes a run, so another site cannot forge a change)."""
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        given = request.cookies.get(COOKIE, "") if request.method in ("GET", "HEAD") else ""
+    return bool(given) and secrets.compare_digest(given, token)
+
+
+def authorized_dependency(token: str | None):
+    from fastapi import Depends, HTTPException, Request
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-    bearer = HTTPBearer(auto_error=False)
+    bearer = HTTPBearer(auto_error=False)  # declares the scheme in the OpenAPI docs
 
-    def authorized(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if token is None:
-            return
-        if creds is None or not secrets.compare_digest(creds.credentials, token):
+    def authorized(request: Request, _: HTTPAuthorizationCredentials | None = Depends(bearer)):
+        if not authorized_by(request, token):
             raise HTTPException(401, "missing or wrong bearer token (RLSTREAM_API_TOKEN)",
                                 headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
 
-    app = FastAPI(title="rlstream", description=__doc__, dependencies=[Depends(authorized)])
+    return authorized
+
+
+def make_app(runs: Runs, token: str | None, endpoints=None):
+    """The FastAPI app over `runs`; token None: no auth (loopback only, checked by the CLI)."""
+    from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+    from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+
+    from rlstream.ops.webview import add_web_routes
+
+    app = FastAPI(title="rlstream", description=__doc__)
+    add_web_routes(app, runs, token, endpoints)
+    api = APIRouter(dependencies=[Depends(authorized_dependency(token))])
 
     def found(fn, *args):
         try:
@@ -194,7 +216,7 @@ def make_app(runs: Runs, token: str | None, endpoints=None):
         except RunConflict as exc:
             raise HTTPException(409, str(exc)) from None
 
-    @app.post("/runs", status_code=201)
+    @api.post("/runs", status_code=201)
     async def submit(request: Request) -> dict:
         try:
             body = await request.json()
@@ -207,19 +229,19 @@ def make_app(runs: Runs, token: str | None, endpoints=None):
         except RunConflict as exc:
             raise HTTPException(409, str(exc)) from None
 
-    @app.get("/runs")
+    @api.get("/runs")
     def list_runs() -> list[dict]:
         return runs.all()
 
-    @app.get("/runs/{run_id}")
+    @api.get("/runs/{run_id}")
     def run_status(run_id: str) -> dict:
         return found(runs.status, run_id)
 
-    @app.delete("/runs/{run_id}")
+    @api.delete("/runs/{run_id}")
     async def stop(run_id: str) -> dict:
         return await asyncio.to_thread(found, runs.stop, run_id)
 
-    @app.post("/runs/{run_id}/resume")
+    @api.post("/runs/{run_id}/resume")
     def resume(run_id: str) -> dict:
         return found(runs.resume, run_id)
 
@@ -229,24 +251,24 @@ def make_app(runs: Runs, token: str | None, endpoints=None):
             raise HTTPException(404, f"run {run_id!r} has no {name} yet")
         return path
 
-    @app.get("/runs/{run_id}/summary")
+    @api.get("/runs/{run_id}/summary")
     def summary(run_id: str) -> dict:
         return _read_json(artifact(run_id, "summary.json")) or {}
 
-    @app.get("/runs/{run_id}/report", response_class=PlainTextResponse)
+    @api.get("/runs/{run_id}/report", response_class=PlainTextResponse)
     def report(run_id: str) -> str:
         return artifact(run_id, "report.md").read_text()
 
-    @app.get("/runs/{run_id}/curves.png")
+    @api.get("/runs/{run_id}/curves.png")
     def curves(run_id: str) -> FileResponse:
         return FileResponse(artifact(run_id, "curves.png"), media_type="image/png")
 
-    @app.get("/runs/{run_id}/events")
+    @api.get("/runs/{run_id}/events")
     def events(run_id: str) -> StreamingResponse:
         found(runs.status, run_id)
         return StreamingResponse(live_events(runs, run_id), media_type="text/event-stream")
 
-    @app.post("/datasets/{name}/prompts")
+    @api.post("/datasets/{name}/prompts")
     async def publish_prompts(name: str, request: Request) -> dict:
         from rlstream.ops.publish import publish_rows, verifier_check
         from rlstream.schemas import get
@@ -261,6 +283,7 @@ def make_app(runs: Runs, token: str | None, endpoints=None):
                                     check=verifier_check(prompts), run_id="serve")  # fmt: skip
         return report.summary() | {"dataset": name, "bad": report.bad_rows}
 
+    app.include_router(api)
     return app
 
 
