@@ -1,4 +1,4 @@
-"""Training and sampling throughput of the default model; same as `rlstream bench train`.
+"""Training and sampling throughput against bare torch / generate; as `rlstream bench train`.
 
 python benchmarks/bench_train.py --repeats 5 [--device cuda] [--json out.json]
 """
@@ -14,9 +14,10 @@ if __name__ == "__main__":
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--model", default="preset:tiny")
     p.add_argument("--json")
     a = p.parse_args()
-    res = run_bench(a.repeats, a.threads, a.device, a.batch_size)
+    res = run_bench(a.repeats, a.threads, a.device, a.batch_size, a.model)
     print_table(res)
     if a.json:
         with open(a.json, "w") as f:

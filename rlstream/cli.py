@@ -139,6 +139,7 @@ def run(
     mlflow: str | None = typer.Option(
         None, help="tracking.mlflow_uri: log to this MLflow server [default: $MLFLOW_TRACKING_URI]."
     ),
+    model: str | None = trainer_commands.ModelOpt,
     workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
     seed: int | None = typer.Option(None, help="Seed of splits, corpus, init and sampling."),
     out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
@@ -167,6 +168,7 @@ def run(
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
         data__prompts=_source(prompts), data__corpus=_source(corpus), data__dataset=dataset,
         rl__reward_fn=trainer_commands.reward_fn_spec(reward_fn), tracking__mlflow_uri=mlflow,
+        model__path=trainer_commands.model_source(model),
         run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
     )  # fmt: skip
     try:
@@ -250,6 +252,37 @@ def datasets_export(
     longest = max(len(r["text"]) for r in rows)
     print_figures(f"exported {source}", {"prompts": len(rows), "file": str(out),
                   "verifier": source, "longest_text_chars": longest})  # fmt: skip
+
+
+@app.command()
+def export(
+    run_id: str = typer.Argument(..., help="The run whose policy to export."),
+    out: Path = typer.Option(..., help="The directory to write (a Hugging Face model)."),
+    version: int | None = typer.Option(None, help="Policy version [default: the newest]."),
+    runs: Path = typer.Option(Path("runs"), help="Where `rlstream run` wrote the run."),
+) -> None:
+    """Write a published policy version as a Hugging Face directory (config.json,
+    model.safetensors, tokenizer files) that `AutoModelForCausalLM.from_pretrained` and
+    `AutoTokenizer.from_pretrained` load with no rlstream code. Reads the running stack's object
+    store, else the run's own embedded stack (started for the copy)."""
+    from rlstream.connectors.objectstore import ObjectStore
+    from rlstream.ops.run import stack_or_endpoints
+    from rlstream.streams.policystore import download_policy, stored_versions
+
+    with stack_or_endpoints(runs / run_id / "stack") as (stack, _):
+        store = ObjectStore(stack)
+        versions = stored_versions(store, run_id)
+        if not versions:
+            raise typer.BadParameter(f"run {run_id!r} has no policy versions in the object store")
+        chosen = max(versions) if version is None else version
+        if chosen not in versions:
+            shown = ", ".join(map(str, sorted(versions)))
+            raise typer.BadParameter(f"--version {version}: run {run_id!r} has {shown}")
+        download_policy(store, versions[chosen], out)
+    files = sorted(p.name for p in out.iterdir())
+    print_figures(f"exported {run_id} version {chosen}",
+                  {"directory": str(out.resolve()), "version": chosen,
+                   "versions_stored": len(versions), "files": ", ".join(files)})  # fmt: skip
 
 
 @config_app.command("show")

@@ -37,12 +37,14 @@ def _at_least(section: str, name: str, value, low) -> None:
 
 @dataclass
 class ModelConfig:
+    path: str = "preset:tiny"
+    """a local Hugging Face model directory, or preset:NAME (from scratch: tiny, qwen2-0.5b)"""
     n_layer: int = 4
-    """transformer layers"""
+    """transformer layers (the tiny preset)"""
     n_head: int = 4
-    """attention heads"""
+    """attention heads (the tiny preset)"""
     n_embd: int = 128
-    """embedding width"""
+    """embedding width (the tiny preset)"""
     block_size: int = 32
     """context length (prompt + completion)"""
     device: str = "auto"
@@ -55,6 +57,12 @@ class ModelConfig:
     """torch CPU threads per process (default: 2 in-process, 1 per streaming process)"""
 
     def __post_init__(self):
+        from rlstream.trainers.lm import ModelPathError, resolve_path
+
+        try:
+            resolve_path(self.path)
+        except ModelPathError as exc:
+            raise ConfigError(str(exc)) from None
         _choice("model", "device", self.device, ("auto", "cpu", "cuda"))
         _choice("model", "backend", self.backend, ("auto", "torch", "deepspeed"))
         _choice("model", "zero_stage", self.zero_stage, (0, 1, 2, 3))

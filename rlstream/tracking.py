@@ -5,8 +5,9 @@ One rlstream run is one MLflow run (named by the run id; a resumed run continues
 id is kept in `<run>/mlflow.json`): the effective config as params, every evaluation and
 training figure as a metric at its step while the run goes, the summary's figures, the report,
 plots, config and summary as artifacts, and each published policy version as a version of the
-registered model `tracking.model_name`, whose source is the checkpoint in the object store
-(tagged with run, step and phase) — so the registry shows which step produced which weights.
+registered model `tracking.model_name`, whose source is the version's Hugging Face directory
+in the object store (tagged with run, step and phase) — so the registry shows which step
+produced which weights.
 """
 
 from __future__ import annotations

@@ -72,9 +72,9 @@ def run_admission(cfg: Config):
     """A row check for `publish_file`: the prompts this run cannot train on are refused."""
     from rlstream.schemas import RowError
     from rlstream.trainers.datasets import prompt_problem
-    from rlstream.trainers.model import CharTokenizer
+    from rlstream.trainers.lm import load_tokenizer
 
-    tok, room = CharTokenizer(), cfg.model.block_size - cfg.rl.max_new_tokens
+    tok, room = load_tokenizer(cfg.model), cfg.model.block_size - cfg.rl.max_new_tokens
 
     def check(row: dict) -> None:
         problem = prompt_problem(row, tok, room)
@@ -458,11 +458,11 @@ def joined_mid_run(prompts: list[dict], requests: list[dict], cfg: Config) -> di
     import numpy as np
 
     from rlstream.trainers.datasets import prompt_problem, split_of_row
-    from rlstream.trainers.model import CharTokenizer
+    from rlstream.trainers.lm import load_tokenizer
 
     if not requests:
         return {}
-    tok, room = CharTokenizer(), cfg.model.block_size - cfg.rl.max_new_tokens
+    tok, room = load_tokenizer(cfg.model), cfg.model.block_size - cfg.rl.max_new_tokens
     start = min(r["produced_at"] for r in requests)
     first: dict[str, object] = {}
     for r in requests:

@@ -1,10 +1,16 @@
 """Policy versions: the trainer writes weights to the object store, then announces them on
-rl.policy_versions.v1; rollout workers follow the announcements and load the newest weights."""
+rl.policy_versions.v1; rollout workers follow the announcements and load the newest weights.
+
+A version is a Hugging Face directory (`save_policy`: config.json, model.safetensors, the
+tokenizer files, rlstream.json) under `<run>/policies/version=NNNNNN/`; its `checkpoint_uri` is
+that prefix. `rlstream export` copies one out; plain `transformers` loads it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
+from pathlib import Path
 
 from rlstream import metrics
 from rlstream.connectors.endpoints import Endpoints
@@ -12,14 +18,45 @@ from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.connectors.reading import follow_run
 from rlstream.schemas import get, rows_to_batch
-from rlstream.trainers.policy import Policy, policy_from_bytes, policy_to_bytes
+from rlstream.trainers.policy import Policy, load_policy, save_policy
 
 log = logging.getLogger(__name__)
 POLICY_VERSIONS = get("policy_versions")
 
 
-def policy_object(run_id: str, version: int) -> str:
-    return f"{run_id}/policies/version={version:06d}.pt"
+def policy_prefix(run_id: str, version: int) -> str:
+    return f"{run_id}/policies/version={version:06d}/"
+
+
+def stored_versions(store: ObjectStore, run_id: str) -> dict[int, str]:
+    """The run's policy versions in the object store: version -> its s3:// uri."""
+    found = {}
+    for name in store.list(f"{run_id}/policies/version="):
+        head = name.split("/")[2]  # version=NNNNNN
+        found[int(head.removeprefix("version="))] = f"s3://{store.bucket}/{run_id}/policies/{head}/"
+    return found
+
+
+def upload_policy(store: ObjectStore, prefix: str, policy: Policy) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        for path in sorted(save_policy(policy, d).iterdir()):
+            store.put_file(prefix + path.name, path)
+
+
+def download_policy(store: ObjectStore, uri: str, directory: str | Path) -> Path:
+    """The version at `uri` (s3://bucket/<prefix>) as a local Hugging Face directory."""
+    prefix = uri.split("/", 3)[3]
+    names = store.list(prefix)
+    if not names:
+        raise FileNotFoundError(f"no policy version under {uri}")
+    for name in names:
+        store.get_file(name, Path(directory) / name.removeprefix(prefix))
+    return Path(directory)
+
+
+def fetch_policy(store: ObjectStore, uri: str, device: str = "cpu") -> Policy:
+    with tempfile.TemporaryDirectory() as d:
+        return load_policy(download_policy(store, uri, d), device)
 
 
 async def publish_policy(
@@ -36,10 +73,10 @@ async def publish_policy(
 
     upload=False re-announces the current version (a demand signal for the scheduler).
     """
-    name = policy_object(run_id, policy.version)
-    uri = f"s3://{store.bucket}/{name}"
+    prefix = policy_prefix(run_id, policy.version)
+    uri = f"s3://{store.bucket}/{prefix}"
     if upload:
-        uri = await asyncio.to_thread(store.put_bytes, name, policy_to_bytes(policy))
+        await asyncio.to_thread(upload_policy, store, prefix, policy)
     row = {
         "version": policy.version,
         "checkpoint_uri": uri,
@@ -73,9 +110,7 @@ class PolicyFollower:
                 await self._load(newest)
 
     async def _load(self, row: dict) -> None:
-        name = row["checkpoint_uri"].split("/", 3)[3]  # s3://bucket/<name>
-        data = await asyncio.to_thread(self.store.get_bytes, name)
-        self.policy = policy_from_bytes(data)
+        self.policy = await asyncio.to_thread(fetch_policy, self.store, row["checkpoint_uri"])
         self.loads += 1
         metrics.POLICY_VERSION.labels(self.role).set(self.policy.version)
         self.ready.set()

@@ -90,10 +90,10 @@ class PromptFeed:
     """
 
     def __init__(self, cfg: Config):
-        from rlstream.trainers.model import CharTokenizer
+        from rlstream.trainers.lm import load_tokenizer
 
         self.view = DatasetView(cfg.data.dataset, cfg.data.heldout_frac)
-        self.tok = CharTokenizer()
+        self.tok = load_tokenizer(cfg.model)
         self.max_chars = cfg.model.block_size - cfg.rl.max_new_tokens
 
     def admit(self, rows: list[dict]) -> tuple[list[tuple[str, Prompt]], list[tuple[int, str]]]:

@@ -1,8 +1,16 @@
-"""`rlstream bench train`: training and sampling throughput of the default model.
+"""`rlstream bench train`: rlstream's training and sampling throughput on a model, each against
+the plain Hugging Face way of doing the same work, measured in the same process.
 
-Training tokens/s: forward + backward + AdamW step on (batch_size, block_size) sequences.
-Sampling tokens/s: new tokens generated for 16 prompts x 8 completions, with and without the KV
-cache. Median and spread (min-max) over repeats; MFU on CUDA from nanoGPT's FLOPs estimate.
+- training tokens/s: the training core's update (`TorchBackend.step` on `lm_loss`: AdamW,
+  gradient clipping, the scheduled learning rate) against a bare torch loop over the same
+  `transformers` model (`model(input_ids, labels=...).loss`, backward, AdamW step), on the same
+  (batch_size, block_size) batches; target ratio >= 0.9.
+- sampling tokens/s: `rlstream.trainers.sampling.sample` (G completions per prompt, KV cache)
+  against `model.generate` with the same settings (temperature, top-p, max new tokens, EOS and
+  newline stops, G return sequences); target ratio >= 1.0. Also rlstream without its cache.
+
+Repeats alternate between the two sides; median and spread (min-max) over repeats. MFU on
+CUDA from the 6N + 12LCT FLOPs estimate and the device's bf16 peak.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import torch
 
 # Dense bf16 peak FLOP/s by device-name fragment (vendor datasheets).
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
+PROMPTS, GROUP = 16, 8  # sampling: 16 prompts x 8 completions
 
 
 def _sync(device: str) -> None:
@@ -26,97 +35,156 @@ def _stats(xs: list[float]) -> dict:
 
 
 def run_bench(
-    repeats: int = 5, threads: int = 2, device: str = "auto", batch_size: int = 64
+    repeats: int = 5,
+    threads: int = 2,
+    device: str = "auto",
+    batch_size: int = 64,
+    model: str = "preset:tiny",
 ) -> dict:
-    """Throughput numbers as a dict (tokens/s median/min/max per measurement)."""
+    """Throughput numbers as a dict (tokens/s median/min/max per measurement, and ratios)."""
     from rlstream.config import ModelConfig
-    from rlstream.trainers.backend import make_adamw
-    from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+    from rlstream.trainers.backend import TorchBackend, make_adamw
+    from rlstream.trainers.lm import build_model, load_tokenizer
     from rlstream.trainers.pretrain import lm_loss
     from rlstream.trainers.sampling import sample
 
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    a, tok = ModelConfig(), CharTokenizer()
-    cfg = GPTConfig(tok.vocab_size, a.block_size, a.n_layer, a.n_head, a.n_embd)
-    model = GPT(cfg).to(device)
-    opt = make_adamw(model, 1e-3)
+    a = ModelConfig(path=model)
+    tok = load_tokenizer(a)
+    torch.manual_seed(0)
+    policy = build_model(a, tok, device=device)
+    T = policy.block_size
     g = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randint(2, tok.vocab_size, (batch_size, a.block_size + 1), generator=g).to(device)
+    low = 2 if tok.is_char else 0
+    x = torch.randint(low, tok.vocab_size, (batch_size, T + 1), generator=g).to(device)
     amp = (
         torch.autocast("cuda", torch.bfloat16)
         if device == "cuda"
         else torch.autocast("cpu", enabled=False)
     )
     steps = 20 if device == "cuda" else 5
+    ours = TorchBackend(policy, make_adamw(policy, 1e-4), max_grad_norm=1.0)
+    bare_opt = torch.optim.AdamW(policy.lm.parameters(), lr=1e-4)
 
-    def train_once() -> float:
+    def timed(fn) -> float:
         _sync(device)
         t = time.perf_counter()
+        tokens = fn()
+        _sync(device)
+        return tokens / (time.perf_counter() - t)
+
+    def train_ours() -> int:
+        for _ in range(steps):
+            ours.set_lr(1e-4)
+            with amp:
+                loss = lm_loss(policy, x[:, :-1], x[:, 1:])
+            ours.step(loss)
+        return steps * batch_size * T
+
+    def train_bare() -> int:
         for _ in range(steps):
             with amp:
-                loss = lm_loss(model, x[:, :-1], x[:, 1:], tok.pad_id)
+                loss = policy.lm(input_ids=x[:, :-1], labels=x[:, :-1]).loss
             loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        _sync(device)
-        return steps * batch_size * a.block_size / (time.perf_counter() - t)
+            bare_opt.step()
+            bare_opt.zero_grad(set_to_none=True)
+        return steps * batch_size * T
 
-    prompts = ["037+085="] * 16
-    new = a.block_size - len(prompts[0])
+    texts = ["037+085="] * PROMPTS
+    new = T - len(tok.encode(texts[0]))
+    stop_ids = sorted(tok.stop_ids(("\n",)))
 
-    def sample_once(use_cache: bool) -> float:
-        _sync(device)
-        t = time.perf_counter()
-        s = sample(
-            model,
-            tok,
-            prompts,
-            8,
-            new,
-            1.0,
-            stop=("\x7e",),
-            use_cache=use_cache,
-            generator=torch.Generator(device=device).manual_seed(0),
-        )
-        _sync(device)
-        return sum(len(t_) for t_ in s.tokens) / (time.perf_counter() - t)
+    def sample_ours(use_cache: bool = True) -> int:
+        s = sample(policy, tok, texts, GROUP, new, 1.0, stop=("\n",), use_cache=use_cache,
+                   generator=torch.Generator(device=device).manual_seed(0))  # fmt: skip
+        return sum(len(t_) for t_ in s.tokens)
 
-    train_once(), sample_once(True)  # warm-up
+    ids = torch.tensor([tok.encode(texts[0])] * PROMPTS, device=device)
+
+    def sample_generate() -> int:
+        out = policy.lm.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_p=1.0,
+            top_k=0, max_new_tokens=new, num_return_sequences=GROUP, eos_token_id=stop_ids,
+            pad_token_id=tok.pad_id,
+        )  # fmt: skip
+        completion = out[:, ids.shape[1] :]
+        done = torch.isin(completion, torch.tensor(stop_ids, device=device))
+        # tokens up to and including the first stop, as rlstream counts them
+        first = torch.where(done.any(1), done.float().argmax(1) + 1, completion.shape[1])
+        return int(first.sum())
+
+    sides = {
+        "train_tokens_per_s": train_ours,
+        "train_bare_torch_tokens_per_s": train_bare,
+        "sample_tokens_per_s_kv_cache": sample_ours,
+        "sample_generate_tokens_per_s": sample_generate,
+        "sample_tokens_per_s_no_cache": lambda: sample_ours(False),
+    }
+    for fn in sides.values():
+        fn()  # warm-up
+    measured: dict[str, list[float]] = {k: [] for k in sides}
+    for _ in range(repeats):  # alternate: drifts in machine load hit both sides alike
+        for key, fn in sides.items():
+            measured[key].append(timed(fn))
     res = {
         "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu x{threads} threads",
-        "params": model.num_params(),
+        "model": model,
+        "architecture": policy.lm.config.model_type,
+        "params": policy.num_params(),
         "batch_size": batch_size,
-        "block_size": a.block_size,
+        "block_size": T,
         "repeats": repeats,
-        "train_tokens_per_s": _stats([train_once() for _ in range(repeats)]),
-        "sample_tokens_per_s_kv_cache": _stats([sample_once(True) for _ in range(repeats)]),
-        "sample_tokens_per_s_no_cache": _stats([sample_once(False) for _ in range(repeats)]),
+        **{k: _stats(v) for k, v in measured.items()},
     }
+    res["train_ratio_vs_bare_torch"] = _ratio(measured, "train_tokens_per_s",
+                                              "train_bare_torch_tokens_per_s")  # fmt: skip
+    res["sample_ratio_vs_generate"] = _ratio(measured, "sample_tokens_per_s_kv_cache",
+                                             "sample_generate_tokens_per_s")  # fmt: skip
     if device == "cuda":
-        n, L, C, T = model.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size
+        text = policy.lm.config.get_text_config()
+        n, L, C = policy.num_params(), text.num_hidden_layers, text.hidden_size
         flops_per_token = 6 * n + 12 * L * C * T
-        name = res["device"]
-        peak = next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+        peak = next((v for k, v in PEAK_FLOPS.items() if k in res["device"]), None)
         tps = res["train_tokens_per_s"]["median"]
         res["mfu"] = flops_per_token * tps / peak if peak else None
+        total = torch.cuda.get_device_properties(0).total_memory
+        res["peak_memory_share"] = torch.cuda.max_memory_allocated() / total
     return res
+
+
+def _ratio(measured: dict[str, list[float]], ours: str, theirs: str) -> dict:
+    """Per-repeat ratios (each pair measured back to back): median and spread."""
+    return _stats([a / b for a, b in zip(measured[ours], measured[theirs], strict=True)])
 
 
 def print_table(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"bench train: {res['params']:,} params on {res['device']}")
+    what = f"{res['model']} ({res['architecture']}, {res['params']:,} params)"
+    t = Table(title=f"bench train: {what} on {res['device']}")
     for col in ("measurement", "median tokens/s", "min", "max"):
         t.add_column(col, justify="right" if col != "measurement" else "left")
+    shape = f"(batch {res['batch_size']} x {res['block_size']})"
+    sampled = f"({PROMPTS} prompts x {GROUP})"
     for key, label in [
-        ("train_tokens_per_s", f"training (batch {res['batch_size']} x {res['block_size']})"),
-        ("sample_tokens_per_s_kv_cache", "sampling, KV cache (16 prompts x 8)"),
-        ("sample_tokens_per_s_no_cache", "sampling, no cache (16 prompts x 8)"),
+        ("train_tokens_per_s", f"training, rlstream core {shape}"),
+        ("train_bare_torch_tokens_per_s", f"training, bare torch loop {shape}"),
+        ("sample_tokens_per_s_kv_cache", f"sampling, rlstream KV cache {sampled}"),
+        ("sample_generate_tokens_per_s", f"sampling, model.generate {sampled}"),
+        ("sample_tokens_per_s_no_cache", f"sampling, rlstream no cache {sampled}"),
     ]:
         s = res[key]
         t.add_row(label, f"{s['median']:,.0f}", f"{s['min']:,.0f}", f"{s['max']:,.0f}")
+    for key, label in [
+        ("train_ratio_vs_bare_torch", "ratio: training vs bare torch (target >= 0.9)"),
+        ("sample_ratio_vs_generate", "ratio: sampling vs generate (target >= 1.0)"),
+    ]:
+        s = res[key]
+        t.add_row(label, f"{s['median']:.2f}x", f"{s['min']:.2f}x", f"{s['max']:.2f}x")
     if res.get("mfu") is not None:
         t.add_row("MFU (bf16 peak)", f"{res['mfu']:.2%}", "", "")
+    if res.get("peak_memory_share") is not None:
+        t.add_row("peak GPU memory share", f"{res['peak_memory_share']:.1%}", "", "")
     Console().print(t)

@@ -20,6 +20,12 @@ SetOpt = typer.Option(
     help="Any setting NAME=VALUE, dotted (rl.lr=3e-5) or a unique leaf name; repeatable.",
 )
 
+ModelOpt = typer.Option(
+    None,
+    "--model",
+    help="model.path: a local Hugging Face model directory, or preset:NAME (tiny, qwen2-0.5b).",
+)
+
 
 def build_config(config: Path | None, overrides: list[str], base=None, **options):
     """The effective Config: defaults (or `base`) < --config file < the command's flags < --set.
@@ -37,6 +43,14 @@ def reward_fn_spec(spec: str | None) -> str | None:
         return None
     where, sep, name = spec.rpartition(":")
     return f"{Path(where).resolve()}{sep}{name}" if where.endswith(".py") else spec
+
+
+def model_source(value: str | None) -> str | None:
+    """A model as every process sees it: an existing directory made absolute; presets and
+    anything else as given (the config check explains what is wrong with it)."""
+    if value is None or value.startswith("preset:") or not Path(value).expanduser().exists():
+        return value
+    return str(Path(value).expanduser().resolve())
 
 
 def streaming_only(cfg, command: str) -> None:
@@ -71,6 +85,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         reward_rules: Path | None = typer.Option(None, help="rl.reward_rules: JSON rules file"),
         reward_fn: str | None = typer.Option(None, help="rl.reward_fn: module:function"),
         mlflow: str | None = typer.Option(None, help="tracking.mlflow_uri (MLflow server)"),
+        model: str | None = ModelOpt,
         prompts: Path | None = typer.Option(None, help="data.prompts: JSONL/CSV/Parquet file"),
         corpus: Path | None = typer.Option(None, help="data.corpus: documents file"),
         checkpoint_dir: Path | None = typer.Option(None, help="checkpoint directory"),
@@ -80,7 +95,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         progress: bool = typer.Option(True, help="progress bars and final table"),
         overrides: list[str] = SetOpt,
     ) -> None:
-        """Pre-train a small GPT on verifiable tasks, then improve it with RL (no Kafka)."""
+        """Pre-train a model on verifiable tasks, then improve it with RL (no Kafka)."""
         if mode != "local":
             raise typer.BadParameter("only --mode local exists here; streaming is `rlstream run`")
         from rlstream.trainers.local import LocalOptions, train_local
@@ -92,6 +107,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             model__threads=threads, model__backend=backend, rl__hybrid=hybrid,
             rl__reward_rules=s(reward_rules), data__prompts=s(prompts), data__corpus=s(corpus),
             rl__reward_fn=reward_fn_spec(reward_fn), tracking__mlflow_uri=mlflow,
+            model__path=model_source(model),
         )  # fmt: skip
         streaming_only(cfg, "`rlstream train`")
         opts = LocalOptions(s(checkpoint_dir), resume, s(out_dir), s(summary), progress)
@@ -103,12 +119,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         threads: int = typer.Option(2, help="torch CPU threads"),
         device: str = typer.Option("auto", help="cpu, cuda or auto"),
         batch_size: int = typer.Option(64, help="sequences per training step"),
+        model: str = typer.Option("preset:tiny", help="a model directory or preset:NAME"),
         json_out: Path | None = typer.Option(None, "--json", help="also write results as JSON"),
     ) -> None:
-        """Training tokens/s and sampling tokens/s (with and without KV cache), default model."""
+        """Training tokens/s against a bare torch loop and sampling tokens/s against
+        model.generate, on the same Hugging Face model (median and spread over repeats)."""
         from rlstream.trainers.bench import print_table, run_bench
 
-        res = run_bench(repeats=repeats, threads=threads, device=device, batch_size=batch_size)
+        res = run_bench(repeats, threads, device, batch_size, model_source(model) or model)
         print_table(res)
         if json_out:
             import json

@@ -23,7 +23,7 @@ import torch
 
 from rlstream.config import Config
 from rlstream.trainers.backend import CosineSchedule, make_adamw, make_backend
-from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.lm import CausalLM, build_model, load_tokenizer
 from rlstream.trainers.policy import Policy
 from rlstream.trainers.pretrain import Corpus, Plateau, eval_loss, lm_loss
 from rlstream.trainers.rl import Experience, Learner
@@ -62,12 +62,12 @@ class TrainState:
         torch.manual_seed(cfg.seed)
         self.device = resolve_device(m.device)
         if policy is None:
-            self.tok = CharTokenizer()
-            gpt = GPTConfig(self.tok.vocab_size, m.block_size, m.n_layer, m.n_head, m.n_embd,
-                            value_head=rl.algo == "ppo")  # fmt: skip
-            model = GPT(gpt).to(self.device)
+            self.tok = load_tokenizer(m)
+            model = build_model(m, self.tok, value_head=rl.algo == "ppo", device=self.device)
         else:
             self.tok, model = policy.tok, policy.model.to(self.device)
+            if rl.algo == "ppo" and model.value_head is None:
+                model.add_value_head()  # seeded above: the same head every run
         lr = p.lr if policy is None else rl.learning_rate
         self.backend = make_backend(
             model, make_adamw(model, lr), m.backend, rl.max_grad_norm, m.zero_stage
@@ -84,7 +84,7 @@ class TrainState:
         self.phase = "pretrain"
         self.pre_step = self.rl_step = 0
         self.rollouts = self.stale_groups = self.zero_variance_groups = self.trained_groups = 0
-        self.ref: GPT | None = None
+        self.ref: CausalLM | None = None
         self.learner: Learner | None = None
 
     @property
@@ -151,7 +151,7 @@ def pretrain_update(state: TrainState, batch: tuple[torch.Tensor, torch.Tensor])
     lr = state.pretrain_schedule(state.pre_step)
     state.backend.set_lr(lr)
     x, y = (t.to(state.device) for t in batch)
-    loss = lm_loss(state.backend.model, x, y, state.tok.pad_id)
+    loss = lm_loss(state.backend.model, x, y)
     state.backend.step(loss)
     state.pre_step += 1
     return {"phase": "pretrain", "step": state.step, "loss": float(loss.detach()), "lr": lr}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rlstream.schemas import RowError, make_event_id, prepare_row
 from rlstream.trainers.envs import TASKS, Prompt, TaskMix, get_task, sample_prompts, split_of
-from rlstream.trainers.model import EOS, CharTokenizer
+from rlstream.trainers.lm import EOS, Tokenizer, load_tokenizer
 
 HELDOUT_SALT = 0  # split_of seed for carving user datasets: independent of the run's seed
 
@@ -47,9 +47,9 @@ def split_of_row(row: dict, heldout_frac: float) -> str:
     return split_of(row["prompt_id"], HELDOUT_SALT, heldout_frac)
 
 
-def prompt_problem(row: dict, tok: CharTokenizer, max_prompt_chars: int) -> str | None:
+def prompt_problem(row: dict, tok: Tokenizer, max_prompt_tokens: int) -> str | None:
     """Why the run cannot train on this prompt row, or None if it can."""
-    return verifier_problem(row) or text_problem(row["text"], tok, max_prompt_chars)
+    return verifier_problem(row) or text_problem(row["text"], tok, max_prompt_tokens)
 
 
 def verifier_problem(row: dict) -> str | None:
@@ -67,14 +67,18 @@ def verifier_problem(row: dict) -> str | None:
     return f"{what} {name!r}: {problem}" if problem else None
 
 
-def text_problem(text: str, tok: CharTokenizer, max_chars: int) -> str | None:
-    """Why the tokenizer or the context cannot take this text, or None."""
-    unknown = sorted({c for c in text if c not in tok.stoi or c == EOS})
+def text_problem(text: str, tok: Tokenizer, max_tokens: int) -> str | None:
+    """Why the tokenizer or the context cannot take this text, or None. The end-of-sequence
+    text (a newline for the char tokenizer) would end a prompt early: refused too."""
+    unknown = tok.unknown(text) + ([tok.eos] if tok.eos in text else [])
     if unknown:
-        shown = "".join(unknown[:8])
-        return f"characters {shown!r} are not in the model's alphabet (printable ASCII, no newline)"
-    if len(text) > max_chars:
-        return f"text is {len(text)} characters; the context leaves room for {max_chars}"
+        shown = "".join(sorted(unknown)[:8])
+        alphabet = " (printable ASCII, no newline)" if tok.is_char else ""
+        return f"characters {shown!r} are not in the model's alphabet{alphabet}"
+    if max_tokens < 10**9:
+        n, unit = (len(text), "characters") if tok.is_char else (len(tok.encode(text)), "tokens")
+        if n > max_tokens:
+            return f"text is {n} {unit}; the context leaves room for {max_tokens}"
     return None
 
 
@@ -159,7 +163,7 @@ class Usable:
     refused: dict[str, int]
 
 
-def usable(view: DatasetView, cfg, tok: CharTokenizer) -> Usable:
+def usable(view: DatasetView, cfg, tok: Tokenizer) -> Usable:
     """The train pool, up to eval.prompts held-out prompts, and the documents the tokenizer
     and the context can take (cfg: a Config). A dataset with nothing usable on a side raises
     ValueError naming it."""
@@ -224,7 +228,7 @@ def local_view(cfg) -> tuple[DatasetView, dict[str, list]]:
     from rlstream.schemas import get
 
     name, view, bad = dataset_name(cfg), DatasetView(dataset_name(cfg), cfg.data.heldout_frac), {}
-    tok, room = CharTokenizer(), cfg.model.block_size - cfg.rl.max_new_tokens
+    tok, room = load_tokenizer(cfg.model), cfg.model.block_size - cfg.rl.max_new_tokens
     if cfg.data.prompts is None:
         prompts = generated_prompt_rows(cfg, name)
     else:

@@ -10,6 +10,7 @@ is checkpointed, so a resumed run repeats the uninterrupted one exactly (CPU, sa
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,8 @@ class LocalOptions:
     summary: str | None = None
     """path of the summary JSON"""
     progress: bool = True
-    """rich progress bars and the final table (off: a plain line at every evaluation)"""
+    """progress bars on a terminal and the final table (off, or no terminal: a plain line at
+    every evaluation and every 5 s)"""
 
 
 class Run:
@@ -131,18 +133,26 @@ def rl_step(run: Run) -> dict:
     return row
 
 
-def _log_line(opts: LocalOptions, row: dict) -> None:
-    """Without progress bars (logs, CI), print a line at every evaluation instead."""
-    if not opts.progress and ("val_loss" in row or "greedy" in row):
-        keys = ("phase", "step", "loss", "val_loss", "reward", "greedy", "pass1", "entropy")
-        print(
-            " ".join(
-                f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
-                for k in keys
-                if k in row
-            ),
-            flush=True,
-        )
+class PlainProgress:
+    """Without a terminal (logs, CI, nohup) the bars draw nothing: a plain line instead at
+    every evaluation and at least every `every_s` seconds."""
+
+    KEYS = ("phase", "step", "rl_step", "loss", "val_loss", "reward", "greedy", "pass1", "entropy")
+
+    def __init__(self, enabled: bool, every_s: float = 5.0):
+        self.enabled, self.every_s, self.at = enabled, every_s, time.monotonic()
+
+    def __call__(self, row: dict, total: int) -> None:
+        evaluated = "val_loss" in row or "greedy" in row
+        if not self.enabled or not (evaluated or time.monotonic() - self.at >= self.every_s):
+            return
+        self.at = time.monotonic()
+        shown = [
+            f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
+            for k in self.KEYS
+            if k in row
+        ]
+        print(f"[{total} steps] " + " ".join(shown), flush=True)
 
 
 def train_local(
@@ -168,13 +178,15 @@ def train_local(
     if opts.resume and (saved := latest_checkpoint(store)) is not None:
         run.load_state_dict(saved)
     info: dict = {}
-    with progress_bars(opts.progress) as bar:
+    bars = opts.progress and sys.stdout.isatty()
+    plain = PlainProgress(not bars)
+    with progress_bars(bars) as bar:
         pt = bar.add_task("pretrain", total=cfg.pretrain.max_steps, completed=st.pre_step, info="")
         while st.phase == "pretrain":
             row = pretrain_step(st, run.corpus, run.val)
             run.history.append(row)
             info |= {k: row[k] for k in ("loss", "val_loss") if k in row}
-            _log_line(opts, row)
+            plain(row, cfg.pretrain.max_steps)
             labels = {"loss": "loss", "val_loss": "val"}
             bar.update(pt, completed=st.pre_step, info=bar_info(info, labels))
             if st.phase == "pretrain":
@@ -191,7 +203,7 @@ def train_local(
             row = rl_step(run)
             run.history.append(row)
             info |= {k: row[k] for k in ("reward", "greedy", "pass1", "entropy") if k in row}
-            _log_line(opts, row)
+            plain(row, cfg.rl.steps)
             labels = {"reward": "reward", "greedy": "greedy", "pass1": "pass@1", "entropy": "H"}
             bar.update(rl, completed=st.rl_step, info=bar_info(info, labels))
             run.maybe_checkpoint()

@@ -1,10 +1,10 @@
 """The learning core as building blocks for the streaming loop (and used by the local loop).
 
-policy = build_policy(GPTConfig(...))                    # or policy_from_bytes(blob)
+policy = build_policy(ModelConfig(...))                  # or load_policy(dir), policy_from_bytes
 samples = rollout(policy, prompts, group_size=8)          # G completions per prompt
 rewards, correct = score(prompts, samples)                # verifiers or JSON reward rules
 exp = to_experience(prompts, samples, rewards, version)   # an Experience batch
-blob = policy_to_bytes(policy)                            # publish a policy version
+save_policy(policy, dir); blob = policy_to_bytes(policy)  # a Hugging Face directory / its tar
 
 Updates are the training core's (`rlstream.trainers.core`: TrainState, rl_update).
 """
@@ -12,12 +12,16 @@ Updates are the training core's (`rlstream.trainers.core`: TrainState, rl_update
 from __future__ import annotations
 
 import io
-from dataclasses import asdict, dataclass
+import json
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from rlstream.trainers.envs import Prompt, verify
-from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.lm import CausalLM, Tokenizer, build_model, load_tokenizer
 from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
 from rlstream.trainers.rl import Experience
 from rlstream.trainers.sampling import Samples, sample
@@ -27,18 +31,19 @@ from rlstream.trainers.sampling import Samples, sample
 class Policy:
     """A model, its tokenizer and the version of its weights."""
 
-    model: GPT
-    tok: CharTokenizer
+    model: CausalLM
+    tok: Tokenizer
     version: int = 0
 
 
-def build_policy(config: GPTConfig | None = None, device: str = "cpu", seed: int = 0) -> Policy:
-    """A freshly initialised policy (vocab size taken from the char tokenizer)."""
-    tok = CharTokenizer()
-    cfg = config or GPTConfig()
-    cfg.vocab_size = tok.vocab_size
+def build_policy(model_cfg=None, device: str = "cpu", seed: int = 0, value_head=False) -> Policy:
+    """A policy from `model_cfg` (a ModelConfig; default: the tiny preset), seeded."""
+    from rlstream.config import ModelConfig
+
+    m = model_cfg or ModelConfig()
+    tok = load_tokenizer(m)
     torch.manual_seed(seed)
-    return Policy(GPT(cfg).to(device), tok)
+    return Policy(build_model(m, tok, value_head, device), tok)
 
 
 def rollout(
@@ -87,20 +92,43 @@ def to_experience(
     )
 
 
+POLICY_META = "rlstream.json"  # beside the Hugging Face files: version and context length
+
+
+def save_policy(policy: Policy, directory: str | Path) -> Path:
+    """A Hugging Face directory (`save_pretrained`: config, safetensors weights, tokenizer
+    files) that `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained` load with no rlstream
+    code, plus rlstream.json. The value head is the trainer's, not part of a policy version."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    policy.model.lm.save_pretrained(directory, safe_serialization=True)
+    policy.tok.save(directory)
+    meta = {"version": policy.version, "block_size": policy.model.block_size}
+    (directory / POLICY_META).write_text(json.dumps(meta))
+    return directory
+
+
+def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
+    from transformers import AutoModelForCausalLM
+
+    directory = Path(directory)
+    meta = json.loads((directory / POLICY_META).read_text())
+    lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    model = CausalLM(lm, meta["block_size"]).to(device)
+    return Policy(model, Tokenizer.load(directory), meta["version"])
+
+
 def policy_to_bytes(policy: Policy) -> bytes:
-    """Config, weights and version as bytes (for the object store / policy_versions events)."""
+    """The policy's Hugging Face directory as one uncompressed tar (in-memory copies)."""
     buf = io.BytesIO()
-    state = {
-        "config": asdict(policy.model.config),
-        "model": policy.model.state_dict(),
-        "version": policy.version,
-    }
-    torch.save(state, buf)
+    with tempfile.TemporaryDirectory() as d, tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(save_policy(policy, d).iterdir()):
+            tar.add(path, arcname=path.name)
     return buf.getvalue()
 
 
 def policy_from_bytes(data: bytes, device: str = "cpu") -> Policy:
-    state = torch.load(io.BytesIO(data), map_location=device, weights_only=False)
-    model = GPT(GPTConfig(**state["config"])).to(device)
-    model.load_state_dict(state["model"])
-    return Policy(model, CharTokenizer(), state["version"])
+    with tempfile.TemporaryDirectory() as d:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(d, filter="data")
+        return load_policy(d, device)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from rlstream.trainers.envs import Prompt, TaskMix, get_task, split_of
-from rlstream.trainers.model import CharTokenizer
+from rlstream.trainers.lm import Tokenizer
 
 
 def worked_document(prompt: Prompt, rng: random.Random, flaw_rate: float) -> str:
@@ -43,24 +43,27 @@ def build_corpus(
 VAL_DOCS = 4096  # validation documents: a separate draw of the generated corpus (seed + 1)
 
 
-def validation_corpus(cfg, tok: CharTokenizer) -> Corpus:
+def validation_corpus(cfg, tok: Tokenizer) -> Corpus:
     """The fixed validation documents the plateau detector is judged on (cfg: a Config)."""
     mix = TaskMix.parse(cfg.data.tasks)
     docs = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed)
     return Corpus(docs, tok, cfg.model.block_size)
 
 
-def generated_corpus(cfg, tok: CharTokenizer) -> Corpus:
+def generated_corpus(cfg, tok: Tokenizer) -> Corpus:
     """cfg.data.corpus_docs worked documents from the task mix's train split."""
     mix = TaskMix.parse(cfg.data.tasks)
     docs = build_corpus(mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed)
     return Corpus(docs, tok, cfg.model.block_size)
 
 
+IGNORE = -100  # a target no loss counts (padding; works for tokenizers whose pad is EOS)
+
+
 class Corpus:
     """Documents as rows of one right-padded tensor (grown by doubling); `extend` appends."""
 
-    def __init__(self, docs: list[str], tok: CharTokenizer, block_size: int):
+    def __init__(self, docs: list[str], tok: Tokenizer, block_size: int):
         self.tok, self.width = tok, block_size + 1
         self.data = torch.full((max(1024, len(docs)), self.width), tok.pad_id, dtype=torch.long)
         self.lens = torch.zeros(len(self.data), dtype=torch.long)
@@ -68,7 +71,7 @@ class Corpus:
         self.extend(docs)
 
     def extend(self, docs: list[str]) -> None:
-        rows = [self.tok.encode(d)[: self.width] for d in docs]
+        rows = [r[: self.width] for r in self.tok.encode_batch(docs)]
         while self.n + len(rows) > len(self.data):
             pad = torch.full_like(self.data, self.tok.pad_id)
             self.data, self.lens = (
@@ -86,16 +89,18 @@ class Corpus:
     def batch(
         self, batch_size: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, y) (B, L-1): inputs and targets, targets = pad_id (ignored) past each document."""
+        """(x, y) (B, L-1): inputs and targets, targets IGNORE past each document's end."""
         idx = torch.randint(self.n, (batch_size,), generator=generator)
-        rows, L = self.data[idx], int(self.lens[idx].max())
-        return rows[:, : L - 1], rows[:, 1:L]
+        rows, lens = self.data[idx], self.lens[idx]
+        L = int(lens.max())
+        past_end = torch.arange(L - 1)[None, :] >= (lens - 1)[:, None]
+        return rows[:, : L - 1], rows[:, 1:L].masked_fill(past_end, IGNORE)
 
 
-def lm_loss(model, x: torch.Tensor, y: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """Mean next-token cross-entropy over non-pad targets. x, y (B, T)."""
+def lm_loss(model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over the targets that are not IGNORE. x, y (B, T)."""
     logits = model(x)
-    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=pad_id)
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE)
 
 
 class Plateau:
@@ -126,5 +131,5 @@ def eval_loss(model, corpus: Corpus, batches: int, batch_size: int, seed: int) -
     g = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     batches_ = [corpus.batch(batch_size, g) for _ in range(batches)]
-    losses = [lm_loss(model, x.to(device), y.to(device), corpus.tok.pad_id) for x, y in batches_]
+    losses = [lm_loss(model, x.to(device), y.to(device)) for x, y in batches_]
     return float(torch.stack(losses).mean())

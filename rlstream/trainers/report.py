@@ -55,9 +55,11 @@ def make_summary(run, final: dict, wall_s: float) -> dict:
 
 
 def write_outputs(run, opts, summary: dict) -> None:
-    """history.json, curves.png and the effective config.yaml under opts.out_dir; the summary
-    JSON at opts.summary; the final table when progress is on."""
+    """history.json, curves.png, the effective config.yaml and the trained policy (`model/`, a
+    Hugging Face directory) under opts.out_dir; the summary JSON at opts.summary; the final
+    table when progress is on."""
     from rlstream.config import show
+    from rlstream.trainers.policy import save_policy
 
     a = run.cfg
     if opts.out_dir:
@@ -68,6 +70,7 @@ def write_outputs(run, opts, summary: dict) -> None:
         (out / "history.json").write_text(json.dumps(run.history))
         (out / "config.yaml").write_text(show(run.cfg))
         plot_curves(run.history, out / "curves.png")
+        save_policy(run.state.policy(), out / "model")
     if opts.summary:
         Path(opts.summary).parent.mkdir(parents=True, exist_ok=True)
         Path(opts.summary).write_text(json.dumps(summary, indent=2))

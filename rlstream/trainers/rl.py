@@ -24,7 +24,7 @@ from rlstream.trainers.algos import (
     ppo_clip_loss,
     value_loss,
 )
-from rlstream.trainers.model import token_logprobs
+from rlstream.trainers.lm import token_logprobs
 from rlstream.trainers.pretrain import lm_loss
 
 
@@ -110,7 +110,7 @@ class Learner:
         if args.algo not in ADVANTAGES:
             raise ValueError(f"unknown algo {args.algo!r}; known: {sorted(ADVANTAGES)}")
         if args.algo == "ppo" and backend.module.value_head is None:
-            raise ValueError("ppo needs a model with a value head (GPTConfig.value_head=True)")
+            raise ValueError("ppo needs a model with a value head (CausalLM(value_head=True))")
         self.backend, self.ref, self.args, self.pad_id = backend, ref_model, args, pad_id
         self.version = 0
         self.generator = torch.Generator().manual_seed(seed)
@@ -183,7 +183,7 @@ class Learner:
             out["value_loss"] = vl.detach()
         if lm_batch is not None:
             x, y = (t.to(tokens.device) for t in lm_batch)
-            lm = lm_loss(self.backend.model, x, y, self.pad_id)
+            lm = lm_loss(self.backend.model, x, y)
             loss = loss + a.lm_coef * lm
             out["lm_loss"] = lm.detach()
         out["loss"] = loss.detach()

@@ -1,7 +1,9 @@
-"""Batched sampling with a KV cache: G completions per prompt, temperature, top-p, stop tokens.
+"""Batched sampling with a KV cache: G completions per prompt, temperature, top-p, stop strings.
 
-Prompts are left-padded; positions start at 0 at each prompt's first real token and a key mask
-hides the padding, so the logits match an unpadded forward pass of the same text.
+Prompts are left-padded; an attention mask hides the padding and positions start at 0 at each
+prompt's first real token, so the logits match an unpadded forward pass of the same text (the
+sampler's logprobs equal a teacher-forced pass: tested). The cache is transformers' own
+(`DynamicCache`); each step feeds only the newest token.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rlstream.trainers.model import GPT, CharTokenizer
+from rlstream.trainers.lm import CausalLM, Tokenizer
 
 
 @dataclass
@@ -21,7 +23,7 @@ class Samples:
     prompt_index: list[int]
     prompt_tokens: list[list[int]]
     tokens: list[list[int]]  # completion tokens, including the stop token when one was sampled
-    texts: list[str]  # completion text without the stop token
+    texts: list[str]  # completion text up to (without) the stop string or EOS
     logprobs: list[list[float]]  # log p(token) under the sampling distribution (temperature)
 
 
@@ -33,10 +35,19 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
 
 
+def completion_text(tok: Tokenizer, tokens: list[int], stop: tuple[str, ...]) -> str:
+    """The text of completion tokens up to EOS or the first stop string (whichever is first)."""
+    if tok.eos_id in tokens:
+        tokens = tokens[: tokens.index(tok.eos_id)]
+    text = tok.decode(tokens)
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
+    return text[:cut]
+
+
 @torch.no_grad()
 def sample(
-    model: GPT,
-    tok: CharTokenizer,
+    model: CausalLM,
+    tok: Tokenizer,
     prompts: list[str],
     n: int = 1,
     max_new_tokens: int = 8,
@@ -47,33 +58,29 @@ def sample(
     generator: torch.Generator | None = None,
 ) -> Samples:
     """Sample n completions per prompt in one batch; temperature 0 is greedy."""
+    from transformers import DynamicCache
+
     device = next(model.parameters()).device
-    enc = [tok.encode(p) for p in prompts for _ in range(n)]
+    enc = [e for e in tok.encode_batch(prompts) for _ in range(n)]
     B, P = len(enc), max(len(e) for e in enc)
-    if P + max_new_tokens > model.config.block_size:
+    if P + max_new_tokens > model.block_size:
         raise ValueError(f"prompt {P} + {max_new_tokens} new tokens > block_size")
-    stop_ids = torch.tensor([tok.stoi[s] for s in stop], device=device)
-    idx = torch.full((B, P), tok.pad_id, dtype=torch.long, device=device)
-    valid = torch.zeros((B, P), dtype=torch.bool, device=device)
+    stop_ids = torch.tensor(sorted(tok.stop_ids(stop)), device=device)
+    seq = torch.full((B, P), tok.pad_id, dtype=torch.long, device=device)
+    valid = torch.zeros((B, P), dtype=torch.long, device=device)
     for i, e in enumerate(enc):
-        idx[i, P - len(e) :], valid[i, P - len(e) :] = torch.tensor(e), True
+        seq[i, P - len(e) :], valid[i, P - len(e) :] = torch.tensor(e), 1
     out_tok = torch.full((B, max_new_tokens), tok.pad_id, dtype=torch.long, device=device)
     out_lp = torch.zeros((B, max_new_tokens), device=device)
     alive = torch.ones(B, dtype=torch.bool, device=device)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
-    cache = [[None, None] for _ in model.h] if use_cache else None
-    seq, seq_valid = idx, valid
+    cache = DynamicCache() if use_cache else None
     for t in range(max_new_tokens):
-        Tk = seq.shape[1]
-        pos_all = (seq_valid.cumsum(1) - 1).clamp(min=0)  # (B, Tk)
-        causal = torch.ones(Tk, Tk, dtype=torch.bool, device=device).tril()
-        mask = (causal[None] & seq_valid[:, None, :]) | torch.eye(
-            Tk, dtype=torch.bool, device=device
-        )[None]
-        if use_cache and t > 0:  # feed only the newest token; it sees every valid key
-            logits = model(seq[:, -1:], pos_all[:, -1:], seq_valid[:, None, None, :], cache)
+        positions = (valid.cumsum(1) - 1).clamp(min=0)
+        if use_cache and t > 0:  # only the newest token; it sees every valid key in the cache
+            logits = model(seq[:, -1:], valid, positions[:, -1:], cache)
         else:
-            logits = model(seq, pos_all, mask[:, None], cache)
+            logits = model(seq, valid, positions, cache)
         logits = logits[:, -1, :].float()  # (B, V)
         if temperature == 0:
             nxt = logits.argmax(-1)
@@ -90,16 +97,14 @@ def sample(
         lengths += alive
         alive &= ~torch.isin(nxt, stop_ids)
         seq = torch.cat([seq, nxt[:, None]], 1)
-        seq_valid = torch.cat([seq_valid, torch.ones(B, 1, dtype=torch.bool, device=device)], 1)
+        valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.long, device=device)], 1)
         if not alive.any():
             break
     tokens = [out_tok[i, : lengths[i]].tolist() for i in range(B)]
-    stop_set = set(stop_ids.tolist())
-    texts = [tok.decode([t for t in ts if t not in stop_set]) for ts in tokens]
     return Samples(
         prompt_index=[i for i in range(len(prompts)) for _ in range(n)],
         prompt_tokens=enc,
         tokens=tokens,
-        texts=texts,
+        texts=[completion_text(tok, ts, stop) for ts in tokens],
         logprobs=[out_lp[i, : lengths[i]].tolist() for i in range(B)],
     )

@@ -185,16 +185,20 @@ def _mlflow_run(url: str, name: str):
     return client, runs
 
 
-def test_the_runs_are_tracked_in_mlflow_with_a_model_version_per_policy_version(server, mlflow_url):
+def test_the_runs_are_tracked_in_mlflow_with_a_model_version_per_policy_version(
+    server, mlflow_url, tmp_path
+):
     """Params, per-step metrics, artifacts, and one registered model version per published
-    policy version whose source (the checkpoint in the object store) loads as the policy; the
-    stopped-and-resumed run is one MLflow run."""
+    policy version whose source (a Hugging Face directory in the object store) loads with plain
+    transformers; the stopped-and-resumed run is one MLflow run."""
     import asyncio
+
+    from transformers import AutoModelForCausalLM
 
     from rlstream.connectors.endpoints import Endpoints
     from rlstream.connectors.objectstore import ObjectStore
     from rlstream.ops.loop import _run_rows
-    from rlstream.trainers.policy import policy_from_bytes
+    from rlstream.streams.policystore import download_policy
 
     client, runs = _mlflow_run(mlflow_url, "api-it")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
@@ -214,9 +218,12 @@ def test_the_runs_are_tracked_in_mlflow_with_a_model_version_per_policy_version(
     assert {int(v.tags["rlstream.policy_version"]) for v in versions} == published
     last = max(versions, key=lambda v: int(v.tags["rlstream.policy_version"]))
     assert last.run_id == run.info.run_id and last.tags["rlstream.phase"] == "rl"
-    name = last.source.split("/", 3)[3]  # s3://bucket/<name>
-    policy = policy_from_bytes(ObjectStore(endpoints).get_bytes(name))
-    assert policy.version == int(last.tags["rlstream.policy_version"])
+    exported = download_policy(ObjectStore(endpoints), last.source, tmp_path / "version")
+    model = AutoModelForCausalLM.from_pretrained(exported)  # plain transformers
+    assert model.config.model_type == "llama"
+    assert json.loads((exported / "rlstream.json").read_text())["version"] == int(
+        last.tags["rlstream.policy_version"]
+    )
     _, resumed = _mlflow_run(mlflow_url, "api-stop")
     assert len(resumed) == 1 and resumed[0].info.status == "FINISHED"
 

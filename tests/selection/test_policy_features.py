@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlstream.config import Config, ConfigError, load_config
+from rlstream.config import Config, ConfigError, ModelConfig, load_config
 from rlstream.trainers.envs.base import make_prompt
-from rlstream.trainers.model import GPTConfig
 from rlstream.trainers.policy import build_policy
 from rlstream.trainers.selection.bench import BenchArgs
 from rlstream.trainers.selection.loop import arm_spec
@@ -29,7 +28,7 @@ def _naive_probability(policy, text: str, answer: str, temperature: float) -> fl
 @torch.no_grad()
 def test_reference_likelihood_is_the_probability_of_sampling_the_answer():
     torch.manual_seed(0)
-    policy = build_policy(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32))
+    policy = build_policy(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=32))
     # prompts and answers of several lengths: the batched pass groups them by total length
     rows = [("1+2=", "3"), ("12+30=", "42"), ("7-5=", "2"), ("99+1=", "100"), ("3+4=", "07")]
     prompts = [make_prompt("add", t, a, 1) for t, a in rows]

@@ -3,17 +3,18 @@
 import pytest
 import torch
 
+from rlstream.config import ModelConfig
 from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.evaluate import EVALUATORS, evaluate, register_evaluator
-from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.lm import Tokenizer, build_model
 
-TOK = CharTokenizer()
+TOK = Tokenizer.char()
 
 
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return GPT(GPTConfig(TOK.vocab_size, 24, 1, 2, 32)).eval()
+    return build_model(ModelConfig(block_size=24, n_layer=1, n_head=2, n_embd=32), TOK).eval()
 
 
 PROMPTS = sample_prompts(TaskMix.parse("add@1,sub@1"), 12, "heldout", seed=0, strict=False)

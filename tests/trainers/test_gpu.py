@@ -10,12 +10,13 @@ pytestmark = [
 
 
 def test_kv_cache_sampling_equals_no_cache_on_cuda():
-    from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+    from rlstream.config import ModelConfig
+    from rlstream.trainers.lm import Tokenizer, build_model
     from rlstream.trainers.sampling import sample
 
-    tok = CharTokenizer()
+    tok = Tokenizer.char()
     torch.manual_seed(0)
-    model = GPT(GPTConfig(tok.vocab_size, 32, 2, 2, 64)).cuda().eval()
+    model = build_model(ModelConfig(n_layer=2, n_head=2, n_embd=64), tok, device="cuda").eval()
     kw = dict(n=4, max_new_tokens=10, stop=("\n",))
     a = sample(
         model, tok, ["037+085=", "1+2="], generator=torch.Generator("cuda").manual_seed(1), **kw

@@ -3,15 +3,17 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig, token_logprobs
+from rlstream.config import ModelConfig
+from rlstream.trainers.lm import CHARS, EOS, Tokenizer, build_model, token_logprobs
 from rlstream.trainers.sampling import sample
 
-TOK = CharTokenizer()
+TOK = Tokenizer.char()
 
 
-@given(st.text(alphabet=TOK.itos[1:], max_size=64))
+@given(st.text(alphabet=CHARS + EOS, max_size=64))
 def test_tokenizer_round_trip(text):
     assert TOK.decode(TOK.encode(text)) == text
+    assert len(TOK.encode(text)) == len(text)  # one token per character
 
 
 def test_tokenizer_rejects_unknown_characters():
@@ -22,7 +24,7 @@ def test_tokenizer_rejects_unknown_characters():
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return GPT(GPTConfig(TOK.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=32)).eval()
+    return build_model(ModelConfig(block_size=32, n_layer=2, n_head=2, n_embd=32), TOK).eval()
 
 
 PROMPTS = ["037+085=", "1+2=", "word problem: "]
@@ -51,11 +53,12 @@ def test_sampling_layout_stop_tokens_and_logprobs(model):
         generator=torch.Generator().manual_seed(2),
     )
     assert s.prompt_index == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    stop = TOK.stoi["5"]
+    stop = TOK.encode("5")[0]
     for toks, text, lps in zip(s.tokens, s.texts, s.logprobs, strict=True):
         assert len(lps) == len(toks) and all(lp <= 0 for lp in lps)
         assert stop not in toks[:-1] and "5" not in text  # generation ends at the stop token
-        assert len(toks) == 12 or toks[-1] == stop
+        assert TOK.eos_id not in toks[:-1] and EOS not in text  # ... and always at EOS
+        assert len(toks) == 12 or toks[-1] in (stop, TOK.eos_id)
     # the sampler's logprobs equal an unpadded forward pass over prompt + completion
     for i, p in enumerate(s.prompt_index):
         seq = torch.tensor([TOK.encode(PROMPTS[p]) + s.tokens[i]])
@@ -79,7 +82,7 @@ def test_greedy_is_deterministic_and_top_p_tiny_is_greedy(model):
 
 
 def test_value_head_and_context_limit():
-    m = GPT(GPTConfig(TOK.vocab_size, block_size=8, n_layer=1, n_head=1, n_embd=8, value_head=True))
+    m = build_model(ModelConfig(block_size=8, n_layer=1, n_head=1, n_embd=8), TOK, value_head=True)
     logits, values = m(torch.zeros(2, 5, dtype=torch.long), values=True)
     assert logits.shape == (2, 5, TOK.vocab_size) and values.shape == (2, 5)
     with pytest.raises(ValueError, match="block_size"):

@@ -2,12 +2,11 @@
 
 import torch
 
-from rlstream.config import load_config
+from rlstream.config import ModelConfig, load_config
 from rlstream.trainers.checkpoint import MemoryStore
 from rlstream.trainers.core import TrainState, rl_update
 from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.local import LocalOptions, train_local
-from rlstream.trainers.model import GPTConfig
 from rlstream.trainers.policy import (
     build_policy,
     policy_from_bytes,
@@ -21,7 +20,7 @@ from rlstream.trainers.selection.base import UniformSelection
 
 
 def test_rollout_score_update_and_publish():
-    policy = build_policy(GPTConfig(block_size=24, n_layer=1, n_head=2, n_embd=32))
+    policy = build_policy(ModelConfig(block_size=24, n_layer=1, n_head=2, n_embd=32))
     prompts = sample_prompts(TaskMix.parse("add@1,sub@1"), 3, "train", seed=0)
     s = rollout(
         policy, prompts, group_size=4, max_new_tokens=5, generator=torch.Generator().manual_seed(0)

@@ -3,19 +3,19 @@ import copy
 import pytest
 import torch
 
-from rlstream.config import RLConfig
+from rlstream.config import ModelConfig, RLConfig
 from rlstream.trainers.backend import make_adamw, make_backend
-from rlstream.trainers.model import GPT, CharTokenizer, GPTConfig
+from rlstream.trainers.lm import Tokenizer, build_model
 from rlstream.trainers.rl import ADVANTAGES, Experience, Learner, collate, register_advantage
 from rlstream.trainers.sampling import sample
 
-TOK = CharTokenizer()
+TOK = Tokenizer.char()
 
 
 def _setup(algo="grpo", **kw):
     torch.manual_seed(0)
-    cfg = GPTConfig(TOK.vocab_size, 24, 2, 2, 32, value_head=algo == "ppo")
-    model = GPT(cfg)
+    cfg = ModelConfig(block_size=24, n_layer=2, n_head=2, n_embd=32)
+    model = build_model(cfg, TOK, value_head=algo == "ppo")
     backend = make_backend(model, make_adamw(model, 1e-3), "torch")
     ref = copy.deepcopy(model).requires_grad_(False)
     return model, Learner(backend, ref, RLConfig(algo=algo, **kw), TOK.pad_id)

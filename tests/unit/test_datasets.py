@@ -13,7 +13,7 @@ from rlstream.trainers.datasets import (
     usable,
     verifier_problem,
 )
-from rlstream.trainers.model import CharTokenizer
+from rlstream.trainers.lm import Tokenizer
 
 PROMPTS = get("prompts")
 
@@ -62,7 +62,7 @@ def test_the_generated_pool_keeps_repeated_draws():
 
 
 def test_admission_names_the_reason():
-    tok = CharTokenizer()
+    tok = Tokenizer.char()
     ok = {"prompt_id": "a", "text": "3+4=", "task": "numeric", "answer": "7"}
     assert prompt_problem(ok, tok, 24) is None
     cases = {
@@ -84,7 +84,7 @@ def test_a_dataset_without_documents_pre_trains_on_its_train_answers():
     for a in range(40):
         view.add_prompt(_row(f"{a}+2=", str(a + 2), split="heldout" if a % 4 == 0 else "train"))
     view.add_prompt(_row("caf\u00e9=", "1", split="train"))
-    data = usable(view, cfg, CharTokenizer())
+    data = usable(view, cfg, Tokenizer.char())
     assert sorted(data.docs) == sorted(f"{a}+2={a + 2}\n" for a in range(40) if a % 4)
     assert all(d.split("+")[0] in {str(a) for a in range(0, 40, 4)} for d in data.validation)
     assert data.refused["train_prompts"] == 1 and len(data.eval_set) == 10
@@ -128,7 +128,7 @@ def test_a_reasoning_gym_export_is_a_prompt_file_its_verifier_checks_anywhere(tm
     assert fresh.verify(f" {prompt.answer} ", prompt)
     assert not fresh.verify(str(int(prompt.answer) + 1), prompt)
     # the default char model's context cannot take the questions: refused, with the reason
-    assert "room for 24" in prompt_problem(rows[0], CharTokenizer(), 24)
+    assert "room for 24" in prompt_problem(rows[0], Tokenizer.char(), 24)
 
 
 def test_a_restarted_scheduler_lines_its_pool_up_with_the_snapshot():

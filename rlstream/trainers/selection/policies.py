@@ -17,7 +17,7 @@ from pathlib import Path
 from rlstream.config import Config
 from rlstream.trainers.envs import Prompt
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: Hugging Face policies (a tar of the save_pretrained directory)
 
 
 def cache_key(cfg: Config, extra: dict | None = None) -> str:

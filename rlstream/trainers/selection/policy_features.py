@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rlstream.trainers.envs import Prompt
+from rlstream.trainers.lm import EOS
 from rlstream.trainers.policy import Policy
 from rlstream.trainers.sampling import sample
 from rlstream.trainers.selection.features import (
@@ -85,13 +86,15 @@ def reference_likelihood(
     t, floor = max(temperature, 1e-3), -30.0
     out = np.tile(np.float32([0.0, floor / 8, floor / 4]), (len(prompts), 1))
     by_len: dict[int, list[int]] = defaultdict(list)
-    enc = [tok.encode(p.text + p.answer + tok.itos[tok.eos_id]) for p in prompts]
-    for i, (p, e) in enumerate(zip(prompts, enc, strict=True)):
-        if len(p.answer) + 1 <= max_new_tokens and len(e) <= m.config.block_size + 1:
+    enc = tok.encode_batch([p.text + p.answer + EOS for p in prompts])
+    texts = tok.encode_batch([p.text for p in prompts])
+    answer_len = [len(e) - len(q) for e, q in zip(enc, texts, strict=True)]
+    for i, e in enumerate(enc):
+        if answer_len[i] <= max_new_tokens and len(e) <= m.block_size + 1:
             by_len[len(e)].append(i)
     for length, idx in by_len.items():
         x = torch.tensor([enc[i] for i in idx])
-        n_ans = torch.tensor([length - len(tok.encode(prompts[i].text)) for i in idx])
+        n_ans = torch.tensor([answer_len[i] for i in idx])
         logp = torch.log_softmax(m(x[:, :-1]).float() / t, -1)
         lp = logp.gather(-1, x[:, 1:, None]).squeeze(-1)  # (n, T-1): log p(token t+1)
         cols = torch.arange(length - 1)[None]

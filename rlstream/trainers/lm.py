@@ -1,0 +1,261 @@
+"""The policy model: a Hugging Face `transformers` causal LM, its tokenizer, and from-scratch
+presets.
+
+    tok = load_tokenizer(cfg.model)            # a user's tokenizer, or the char-level one
+    model = build_model(cfg.model, tok, ...)   # AutoModelForCausalLM (+ a value head for PPO)
+    logits = model(idx)                        # (B, T, V); model(idx, values=True) adds (B, T)
+
+`model.path` is a local Hugging Face directory (config, safetensors weights, tokenizer files) or
+`preset:NAME`, a from-scratch config built with `AutoModelForCausalLM.from_config`. Nothing is
+downloaded: a hub id is refused with the command that fetches it. The default preset is a
+Llama-architecture model sized like the hand-written GPT it replaced (4 layers x 128, 0.8 M
+parameters), with a character-level tokenizer saved as a standard tokenizer directory.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()  # one tiny model per policy version: no bar per load or save
+
+PAD, EOS = "<pad>", "\n"  # the char tokenizer's pad token and end of a document / completion
+CHARS = string.printable[:95]  # printable ASCII: every character the built-in tasks write
+
+
+class Tokenizer:
+    """A Hugging Face tokenizer with what the loops need: ids without special tokens added,
+    pad and end-of-sequence ids, and which tokens end a completion.
+
+    >>> tok = Tokenizer.char()
+    >>> tok.decode(tok.encode("037+085=2210\\n"))
+    '037+085=2210\\n'
+    """
+
+    def __init__(self, hf):
+        self.hf = hf
+        if hf.eos_token_id is None:
+            raise ValueError("the tokenizer has no end-of-sequence token (eos_token)")
+        self.eos_id: int = hf.eos_token_id
+        # no pad token (most causal LMs): pad with EOS; padding is masked everywhere it matters
+        self.pad_id: int = hf.pad_token_id if hf.pad_token_id is not None else self.eos_id
+        self.vocab = hf.get_vocab()
+        self.is_char = all(len(t) == 1 for t in self.vocab if t not in hf.all_special_tokens)
+        self._texts: list[str] | None = None  # each token's text, for stop_ids
+        self._stops: dict[tuple[str, ...], frozenset[int]] = {}
+
+    @classmethod
+    def char(cls, alphabet: str = CHARS) -> Tokenizer:
+        """One token per character: <pad> 0, newline 1 (end of sequence), then `alphabet`."""
+        from tokenizers import Regex, decoders, models, pre_tokenizers
+        from tokenizers import Tokenizer as RustTokenizer
+        from transformers import PreTrainedTokenizerFast
+
+        chars = [EOS] + [c for c in dict.fromkeys(alphabet) if c != EOS]
+        vocab = {PAD: 0} | {c: i + 1 for i, c in enumerate(chars)}
+        rust = RustTokenizer(models.WordLevel(vocab, unk_token=None))
+        rust.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        rust.decoder = decoders.Fuse()
+        hf = PreTrainedTokenizerFast(
+            tokenizer_object=rust, pad_token=PAD, eos_token=EOS, clean_up_tokenization_spaces=False
+        )
+        return cls(hf)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizer:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(str(directory)))
+
+    def save(self, directory: str | Path) -> None:
+        self.hf.save_pretrained(str(directory))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.hf)
+
+    @property
+    def eos(self) -> str:
+        return self.hf.eos_token
+
+    def unknown(self, text: str) -> list[str]:
+        """Characters of `text` a char tokenizer has no token for (none for subword ones)."""
+        if not self.is_char:
+            return []
+        return sorted({c for c in text if c not in self.vocab})
+
+    def encode(self, text: str) -> list[int]:
+        missing = self.unknown(text)
+        if missing:
+            raise ValueError(f"character {missing[0]!r} is not in the tokenizer's alphabet")
+        return self.hf.encode(text, add_special_tokens=False)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        for text in texts:
+            if self.unknown(text):
+                self.encode(text)  # raises, naming the character
+        return self.hf(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of `ids` without padding (an EOS that is a character, like newline, stays)."""
+        keep = [i for i in ids if i != self.pad_id] if self.pad_id != self.eos_id else ids
+        return self.hf.decode(keep, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def stop_ids(self, stop: tuple[str, ...]) -> frozenset[int]:
+        """EOS and every token whose text holds one of `stop` (a subword vocabulary merges a
+        newline into many tokens; a char one has exactly one per stop character)."""
+        key = tuple(stop)
+        if key not in self._stops:
+            if self._texts is None:
+                ids = [[i] for i in range(len(self.hf))]
+                self._texts = self.hf.batch_decode(ids, clean_up_tokenization_spaces=False)
+            hits = [i for i, t in enumerate(self._texts) if any(s in t for s in key)]
+            self._stops[key] = frozenset([self.eos_id, *hits])
+        return self._stops[key]
+
+
+class CausalLM(nn.Module):
+    """A transformers causal LM (`lm`) with an optional scalar value head on its last hidden
+    state (PPO's critic), and the context length the loops may use (`block_size`)."""
+
+    def __init__(self, lm, block_size: int, value_head: bool = False):
+        super().__init__()
+        self.lm = lm
+        self.block_size = block_size
+        self.value_head = None
+        if value_head:
+            self.add_value_head()
+
+    def add_value_head(self) -> None:
+        """A fresh scalar head on the last hidden state (PPO's critic; a policy version has
+        none: it is the trainer's)."""
+        hidden = self.lm.config.get_text_config().hidden_size
+        device = next(self.lm.parameters()).device
+        self.value_head = nn.Linear(hidden, 1).to(device)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.lm.parameters())
+
+    def forward(self, idx, attention_mask=None, position_ids=None, cache=None, values=False):
+        """Logits (B, T, V) for tokens idx (B, T); plus values (B, T) when values=True.
+
+        attention_mask (B, Tk): 1 for real tokens, 0 for (left) padding; position_ids (B, T);
+        cache: a transformers Cache, extended in place (sampling).
+        """
+        out = self.lm(
+            input_ids=idx,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=cache is not None,
+            output_hidden_states=values,
+        )
+        if not values:
+            return out.logits
+        if self.value_head is None:
+            raise ValueError("this model has no value head (rl.algo ppo builds one)")
+        return out.logits, self.value_head(out.hidden_states[-1]).squeeze(-1)
+
+
+# --- presets ----------------------------------------------------------------------------------
+PRESETS: dict[str, Callable] = {}
+
+
+def preset(name: str):
+    def register(fn):
+        PRESETS[name] = fn
+        return fn
+
+    return register
+
+
+@preset("tiny")
+def _tiny(m, tok: Tokenizer):
+    """Llama architecture, sized by model.n_layer / n_head / n_embd (default 4 x 4 x 128)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=tok.vocab_size, hidden_size=m.n_embd, intermediate_size=_swiglu_width(m.n_embd),
+        num_hidden_layers=m.n_layer, num_attention_heads=m.n_head, num_key_value_heads=m.n_head,
+        max_position_embeddings=m.block_size, tie_word_embeddings=True,
+        pad_token_id=tok.pad_id, eos_token_id=tok.eos_id, bos_token_id=None,
+    )  # fmt: skip
+
+
+def _swiglu_width(n_embd: int) -> int:
+    """8/3 of the width, a multiple of 8: a SwiGLU MLP with a GELU MLP's (4x) parameters."""
+    return -(-8 * n_embd // 3 // 8) * 8
+
+
+@preset("qwen2-0.5b")
+def _qwen2_half_billion(m, tok: Tokenizer):
+    """The Qwen2-0.5B shape (24 layers x 896, 14 heads, 2 KV heads) for GPU throughput work."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=tok.vocab_size, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=max(
+            m.block_size, 32
+        ), tie_word_embeddings=True, rope_theta=1_000_000.0,
+        pad_token_id=tok.pad_id, eos_token_id=tok.eos_id, bos_token_id=None,
+    )  # fmt: skip
+
+
+class ModelPathError(ValueError):
+    pass
+
+
+def resolve_path(path: str) -> tuple[str, str]:
+    """("preset", NAME) or ("dir", DIR); a ModelPathError names the fix otherwise."""
+    if path.startswith("preset:"):
+        name = path.removeprefix("preset:")
+        if name not in PRESETS:
+            raise ModelPathError(f"model.path: unknown preset {name!r}; known: {sorted(PRESETS)}")
+        return "preset", name
+    p = Path(path).expanduser()
+    if (p / "config.json").is_file():
+        return "dir", str(p)
+    if p.exists():
+        raise ModelPathError(
+            f"model.path: {path} has no config.json (a Hugging Face model directory: config, "
+            "safetensors weights, tokenizer files)"
+        )
+    if path.count("/") == 1 and not path.startswith((".", "/", "~")):
+        raise ModelPathError(
+            f"model.path: {path!r} looks like a hub id; rlstream downloads nothing at run time. "
+            f"Fetch it first (`hf download {path} --local-dir DIR`), then --model DIR"
+        )
+    raise ModelPathError(f"model.path: {path} does not exist (a model directory or preset:NAME)")
+
+
+def load_tokenizer(m) -> Tokenizer:
+    """The run's tokenizer: the model directory's own, or the char-level one for a preset."""
+    kind, where = resolve_path(m.path)
+    return Tokenizer.char() if kind == "preset" else Tokenizer.load(where)
+
+
+def build_model(m, tok: Tokenizer, value_head: bool = False, device: str = "cpu") -> CausalLM:
+    """A preset initialised from the current torch seed, or a directory's weights."""
+    from transformers import AutoModelForCausalLM
+
+    kind, where = resolve_path(m.path)
+    if kind == "preset":
+        lm = AutoModelForCausalLM.from_config(PRESETS[where](m, tok), dtype=torch.float32)
+        block = m.block_size
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
+        block = min(m.block_size, lm.config.get_text_config().max_position_embeddings)
+    lm.generation_config.pad_token_id = tok.pad_id
+    return CausalLM(lm, block, value_head).to(device)
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per position: logits (B, T, V), targets (B, T) -> (B, T)."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,83 @@
+"""A user's Hugging Face checkpoint as the policy: a tiny random Qwen2 / Llama with a byte-level
+BPE tokenizer (no pad token, EOS pads) samples, trains in the local loop, and what it writes
+loads with plain transformers."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlstream.config import ModelConfig
+from rlstream.trainers.lm import Tokenizer, build_model, token_logprobs
+from rlstream.trainers.local import LocalOptions, train_local
+from rlstream.trainers.sampling import sample
+from tests.hf_models import tiny_model_dir, weights
+from tests.trainers.test_local import tiny
+
+PROMPTS = ["037+085=", "1+2=", "999-123="]
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama"])
+def model_dir(request, tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory.mktemp(request.param), request.param)
+
+
+def test_a_subword_tokenizer_without_pad_pads_with_eos_and_stops_on_newline_tokens(model_dir):
+    tok = Tokenizer.load(model_dir)
+    assert not tok.is_char and tok.pad_id == tok.eos_id
+    stops = tok.stop_ids(("\n",))
+    assert tok.eos_id in stops and len(stops) >= 2  # "\n" and the merges that hold it
+    assert all("\n" in tok.decode([i]) for i in stops - {tok.eos_id})
+
+
+def test_sampling_a_users_model_matches_a_teacher_forced_pass_and_the_uncached_sampler(model_dir):
+    tok = Tokenizer.load(model_dir)
+    model = build_model(ModelConfig(path=str(model_dir), block_size=48), tok).eval()
+    kw = dict(n=3, max_new_tokens=12, stop=("\n",))
+    a = sample(model, tok, PROMPTS, generator=torch.Generator().manual_seed(0), **kw)
+    b = sample(
+        model, tok, PROMPTS, use_cache=False, generator=torch.Generator().manual_seed(0), **kw
+    )
+    assert a.tokens == b.tokens and a.texts == b.texts
+    for i, p in enumerate(a.prompt_index):
+        prompt = tok.encode(PROMPTS[p])
+        seq = torch.tensor([prompt + a.tokens[i]])
+        lp = token_logprobs(model(seq[:, :-1]), seq[:, 1:])[0, len(prompt) - 1 :]
+        assert lp.tolist() == pytest.approx(a.logprobs[i], abs=1e-5)
+        assert "\n" not in a.texts[i] and tok.decode(a.tokens[i]).startswith(a.texts[i])
+
+
+def test_the_local_loop_trains_a_users_model_and_writes_a_loadable_directory(model_dir, tmp_path):
+    out = tmp_path / "out"
+    cfg = tiny(f"model.path={model_dir}", "model.block_size=48")
+    summary = train_local(cfg, LocalOptions(out_dir=str(out), progress=False))
+    assert summary["rl_steps"] == 4
+    before, after = weights(model_dir), weights(out / "model")
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # it trained
+    script = (
+        "import sys\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "model = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+        "ids = tok('037+085=', return_tensors='pt').input_ids\n"
+        "out = model.generate(ids, max_new_tokens=4, do_sample=False,\n"
+        "                     pad_token_id=tok.eos_token_id)\n"
+        "assert 'rlstream' not in sys.modules\n"
+        "print(out.shape[1] - ids.shape[1])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(out / "model")], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert 1 <= int(done.stdout.split()[-1]) <= 4
+
+
+def test_a_hub_id_is_refused_with_the_command_that_fetches_it():
+    done = subprocess.run(
+        [sys.executable, "-m", "rlstream.cli", "train", "--model", "Qwen/Qwen2-0.5B"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "downloads nothing at run time" in done.stderr and "hf download" in done.stderr
+    assert "Traceback" not in done.stderr
