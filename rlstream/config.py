@@ -47,6 +47,8 @@ class ModelConfig:
     """embedding width (the tiny preset)"""
     block_size: int = 32
     """context length (prompt + completion)"""
+    chat_template: str = "auto"
+    """auto: prompts go through the tokenizer's chat template when it has one; off: raw text"""
     device: str = "auto"
     """cpu, cuda or auto (cuda when available)"""
     backend: str = "auto"
@@ -63,6 +65,7 @@ class ModelConfig:
             resolve_path(self.path)
         except ModelPathError as exc:
             raise ConfigError(str(exc)) from None
+        _choice("model", "chat_template", self.chat_template, ("auto", "off"))
         _choice("model", "device", self.device, ("auto", "cpu", "cuda"))
         _choice("model", "backend", self.backend, ("auto", "torch", "deepspeed"))
         _choice("model", "zero_stage", self.zero_stage, (0, 1, 2, 3))

@@ -10,6 +10,10 @@ from pathlib import Path
 import torch
 
 EOT = "<|endoftext|>"  # like GPT-2 / Qwen2: the only special token, and no pad token
+CHAT = (  # ChatML, as Qwen2's tokenizers carry it
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def arithmetic_text(n: int = 400, seed: int = 0) -> list[str]:
@@ -37,12 +41,15 @@ def tiny_tokenizer(vocab_size: int = 300):
     return PreTrainedTokenizerFast(tokenizer_object=rust, eos_token=EOT)
 
 
-def tiny_model_dir(directory: Path, arch: str = "qwen2", seed: int = 0) -> Path:
+def tiny_model_dir(
+    directory: Path, arch: str = "qwen2", seed: int = 0, chat_template: str | None = None
+) -> Path:
     """A random `arch` (llama or qwen2) causal LM of about 0.1 M parameters and its BPE
-    tokenizer, saved as a Hugging Face directory."""
+    tokenizer (with `chat_template`, if given), saved as a Hugging Face directory."""
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     tok = tiny_tokenizer()
+    tok.chat_template = chat_template
     kind = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
     config = kind(
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,

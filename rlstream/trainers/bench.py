@@ -187,4 +187,6 @@ def print_table(res: dict) -> None:
         t.add_row("MFU (bf16 peak)", f"{res['mfu']:.2%}", "", "")
     if res.get("peak_memory_share") is not None:
         t.add_row("peak GPU memory share", f"{res['peak_memory_share']:.1%}", "", "")
-    Console().print(t)
+    import sys
+
+    Console(width=None if sys.stdout.isatty() else 120).print(t)  # piped: whole rows

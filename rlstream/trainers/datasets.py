@@ -76,7 +76,8 @@ def text_problem(text: str, tok: Tokenizer, max_tokens: int) -> str | None:
         alphabet = " (printable ASCII, no newline)" if tok.is_char else ""
         return f"characters {shown!r} are not in the model's alphabet{alphabet}"
     if max_tokens < 10**9:
-        n, unit = (len(text), "characters") if tok.is_char else (len(tok.encode(text)), "tokens")
+        seen = tok.format_prompt(text)  # what the model reads: with the chat template, if any
+        n, unit = (len(seen), "characters") if tok.is_char else (len(tok.encode(seen)), "tokens")
         if n > max_tokens:
             return f"text is {n} {unit}; the context leaves room for {max_tokens}"
     return None

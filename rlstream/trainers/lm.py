@@ -47,6 +47,7 @@ class Tokenizer:
         self.pad_id: int = hf.pad_token_id if hf.pad_token_id is not None else self.eos_id
         self.vocab = hf.get_vocab()
         self.is_char = all(len(t) == 1 for t in self.vocab if t not in hf.all_special_tokens)
+        self.chat = False  # prompts go through the tokenizer's chat template (load_tokenizer)
         self._texts: list[str] | None = None  # each token's text, for stop_ids
         self._stops: dict[tuple[str, ...], frozenset[int]] = {}
 
@@ -101,6 +102,17 @@ class Tokenizer:
             if self.unknown(text):
                 self.encode(text)  # raises, naming the character
         return self.hf(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+    def format_prompt(self, text: str) -> str:
+        """The text the model sees for a prompt: as it is, or one user turn of the chat
+        template with the generation prompt (the assistant's turn) opened, as TRL and verl do."""
+        if not self.chat:
+            return text
+        turn = [{"role": "user", "content": text}]
+        return self.hf.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+
+    def encode_prompts(self, texts: list[str]) -> list[list[int]]:
+        return self.encode_batch([self.format_prompt(t) for t in texts])
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids` without padding (an EOS that is a character, like newline, stays)."""
@@ -235,9 +247,12 @@ def resolve_path(path: str) -> tuple[str, str]:
 
 
 def load_tokenizer(m) -> Tokenizer:
-    """The run's tokenizer: the model directory's own, or the char-level one for a preset."""
+    """The run's tokenizer: the model directory's own, or the char-level one for a preset;
+    prompts use its chat template when it has one and model.chat_template is auto."""
     kind, where = resolve_path(m.path)
-    return Tokenizer.char() if kind == "preset" else Tokenizer.load(where)
+    tok = Tokenizer.char() if kind == "preset" else Tokenizer.load(where)
+    tok.chat = m.chat_template == "auto" and bool(getattr(tok.hf, "chat_template", None))
+    return tok
 
 
 def build_model(m, tok: Tokenizer, value_head: bool = False, device: str = "cpu") -> CausalLM:

@@ -57,11 +57,12 @@ def sample(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
 ) -> Samples:
-    """Sample n completions per prompt in one batch; temperature 0 is greedy."""
+    """Sample n completions per prompt in one batch (each prompt formatted by the tokenizer:
+    its chat template when it has one); temperature 0 is greedy."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    enc = [e for e in tok.encode_batch(prompts) for _ in range(n)]
+    enc = [e for e in tok.encode_prompts(prompts) for _ in range(n)]
     B, P = len(enc), max(len(e) for e in enc)
     if P + max_new_tokens > model.block_size:
         raise ValueError(f"prompt {P} + {max_new_tokens} new tokens > block_size")

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from rlstream.config import ModelConfig
-from rlstream.trainers.lm import Tokenizer, build_model, token_logprobs
+from rlstream.trainers.lm import Tokenizer, build_model, load_tokenizer, token_logprobs
 from rlstream.trainers.local import LocalOptions, train_local
 from rlstream.trainers.sampling import sample
-from tests.hf_models import tiny_model_dir, weights
+from tests.hf_models import CHAT, tiny_model_dir, weights
 from tests.trainers.test_local import tiny
 
 PROMPTS = ["037+085=", "1+2=", "999-123="]
@@ -81,3 +81,19 @@ def test_a_hub_id_is_refused_with_the_command_that_fetches_it():
     assert done.returncode == 2
     assert "downloads nothing at run time" in done.stderr and "hf download" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_prompts_go_through_the_chat_template_unless_it_is_off(tmp_path):
+    chat = tiny_model_dir(tmp_path / "chat", "qwen2", chat_template=CHAT)
+    m = ModelConfig(path=str(chat), block_size=64)
+    tok = load_tokenizer(m)
+    assert tok.chat
+    shown = tok.format_prompt("1+2=")
+    assert shown == "<|im_start|>user\n1+2=<|im_end|>\n<|im_start|>assistant\n"
+    model = build_model(m, tok).eval()
+    s = sample(model, tok, ["1+2="], n=2, max_new_tokens=4)
+    assert s.prompt_tokens[0] == tok.encode(shown)
+    raw = load_tokenizer(ModelConfig(path=str(chat), chat_template="off"))
+    assert not raw.chat and raw.format_prompt("1+2=") == "1+2="
+    plain = load_tokenizer(ModelConfig(path=str(tiny_model_dir(tmp_path / "plain"))))
+    assert not plain.chat  # no template: raw text

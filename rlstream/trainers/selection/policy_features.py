@@ -86,8 +86,8 @@ def reference_likelihood(
     t, floor = max(temperature, 1e-3), -30.0
     out = np.tile(np.float32([0.0, floor / 8, floor / 4]), (len(prompts), 1))
     by_len: dict[int, list[int]] = defaultdict(list)
-    enc = tok.encode_batch([p.text + p.answer + EOS for p in prompts])
-    texts = tok.encode_batch([p.text for p in prompts])
+    enc = tok.encode_batch([tok.format_prompt(p.text) + p.answer + EOS for p in prompts])
+    texts = tok.encode_prompts([p.text for p in prompts])
     answer_len = [len(e) - len(q) for e, q in zip(enc, texts, strict=True)]
     for i, e in enumerate(enc):
         if answer_len[i] <= max_new_tokens and len(e) <= m.block_size + 1:
