@@ -140,6 +140,7 @@ def run(
         None, help="tracking.mlflow_uri: log to this MLflow server [default: $MLFLOW_TRACKING_URI]."
     ),
     model: str | None = trainer_commands.ModelOpt,
+    lora: str | None = trainer_commands.LoraOpt,
     workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
     seed: int | None = typer.Option(None, help="Seed of splits, corpus, init and sampling."),
     out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
@@ -168,7 +169,7 @@ def run(
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
         data__prompts=_source(prompts), data__corpus=_source(corpus), data__dataset=dataset,
         rl__reward_fn=trainer_commands.reward_fn_spec(reward_fn), tracking__mlflow_uri=mlflow,
-        model__path=trainer_commands.model_source(model),
+        model__path=trainer_commands.model_source(model), model__lora=lora,
         run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
     )  # fmt: skip
     try:

@@ -49,6 +49,9 @@ class ModelConfig:
     """context length (prompt + completion)"""
     chat_template: str = "auto"
     """auto: prompts go through the tokenizer's chat template when it has one; off: raw text"""
+    lora: str | None = None
+    """LoRA adapters on a model directory (peft), e.g. r=16,alpha=32[,dropout=0.05]; none: full
+    fine-tuning. Policy versions and exports are merged weights"""
     device: str = "auto"
     """cpu, cuda or auto (cuda when available)"""
     backend: str = "auto"
@@ -59,10 +62,17 @@ class ModelConfig:
     """torch CPU threads per process (default: 2 in-process, 1 per streaming process)"""
 
     def __post_init__(self):
-        from rlstream.trainers.lm import ModelPathError, resolve_path
+        from rlstream.trainers.lm import ModelPathError, parse_lora, resolve_path
 
         try:
-            resolve_path(self.path)
+            kind, _ = resolve_path(self.path)
+            if self.lora is not None:
+                parse_lora(self.lora)
+                if kind == "preset":
+                    raise ModelPathError(
+                        "model.lora: LoRA adapts a trained checkpoint; a preset starts from "
+                        "random weights (give --model DIR)"
+                    )
         except ModelPathError as exc:
             raise ConfigError(str(exc)) from None
         _choice("model", "chat_template", self.chat_template, ("auto", "off"))

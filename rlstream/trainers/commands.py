@@ -26,6 +26,10 @@ ModelOpt = typer.Option(
     help="model.path: a local Hugging Face model directory, or preset:NAME (tiny, qwen2-0.5b).",
 )
 
+LoraOpt = typer.Option(
+    None, "--lora", help="model.lora: LoRA adapters on --model DIR, e.g. r=16,alpha=32."
+)
+
 
 def build_config(config: Path | None, overrides: list[str], base=None, **options):
     """The effective Config: defaults (or `base`) < --config file < the command's flags < --set.
@@ -86,6 +90,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         reward_fn: str | None = typer.Option(None, help="rl.reward_fn: module:function"),
         mlflow: str | None = typer.Option(None, help="tracking.mlflow_uri (MLflow server)"),
         model: str | None = ModelOpt,
+        lora: str | None = LoraOpt,
         prompts: Path | None = typer.Option(None, help="data.prompts: JSONL/CSV/Parquet file"),
         corpus: Path | None = typer.Option(None, help="data.corpus: documents file"),
         checkpoint_dir: Path | None = typer.Option(None, help="checkpoint directory"),
@@ -107,7 +112,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             model__threads=threads, model__backend=backend, rl__hybrid=hybrid,
             rl__reward_rules=s(reward_rules), data__prompts=s(prompts), data__corpus=s(corpus),
             rl__reward_fn=reward_fn_spec(reward_fn), tracking__mlflow_uri=mlflow,
-            model__path=model_source(model),
+            model__path=model_source(model), model__lora=lora,
         )  # fmt: skip
         streaming_only(cfg, "`rlstream train`")
         opts = LocalOptions(s(checkpoint_dir), resume, s(out_dir), s(summary), progress)

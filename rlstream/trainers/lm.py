@@ -151,8 +151,8 @@ class CausalLM(nn.Module):
         device = next(self.lm.parameters()).device
         self.value_head = nn.Linear(hidden, 1).to(device)
 
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.lm.parameters())
+    def num_params(self, trainable: bool = False) -> int:
+        return sum(p.numel() for p in self.lm.parameters() if p.requires_grad or not trainable)
 
     def forward(self, idx, attention_mask=None, position_ids=None, cache=None, values=False):
         """Logits (B, T, V) for tokens idx (B, T); plus values (B, T) when values=True.
@@ -246,6 +246,43 @@ def resolve_path(path: str) -> tuple[str, str]:
     raise ModelPathError(f"model.path: {path} does not exist (a model directory or preset:NAME)")
 
 
+LORA_KEYS = {"r": int, "alpha": float, "dropout": float}
+
+
+def parse_lora(spec: str) -> dict:
+    """ "r=16,alpha=32[,dropout=0.05]" -> peft LoraConfig arguments (ModelPathError names the
+    fix); adapters go on every linear layer but the output head, as TRL's defaults do."""
+    args = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key not in LORA_KEYS:
+            raise ModelPathError(f"model.lora: {part!r}: give r=N,alpha=X[,dropout=P]")
+        try:
+            args[key] = LORA_KEYS[key](value)
+        except ValueError:
+            raise ModelPathError(f"model.lora: {key}={value!r} is not a number") from None
+    if args.get("r", 0) < 1:
+        raise ModelPathError("model.lora: r (the adapters' rank) must be at least 1, e.g. r=16")
+    return {"r": args["r"], "lora_alpha": args.get("alpha", 2.0 * args["r"]),
+            "lora_dropout": args.get("dropout", 0.0), "target_modules": "all-linear"}  # fmt: skip
+
+
+def with_lora(lm, spec: str):
+    """`lm` with trainable LoRA adapters (peft); its own weights frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(lm, LoraConfig(task_type="CAUSAL_LM", **parse_lora(spec)))
+
+
+def merged(lm):
+    """A plain transformers model: a copy of `lm` with its LoRA adapters merged in (or `lm`)."""
+    import copy
+
+    from peft import PeftModel
+
+    return copy.deepcopy(lm).merge_and_unload() if isinstance(lm, PeftModel) else lm
+
+
 def load_tokenizer(m) -> Tokenizer:
     """The run's tokenizer: the model directory's own, or the char-level one for a preset;
     prompts use its chat template when it has one and model.chat_template is auto."""
@@ -266,6 +303,8 @@ def build_model(m, tok: Tokenizer, value_head: bool = False, device: str = "cpu"
     else:
         lm = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
         block = min(m.block_size, lm.config.get_text_config().max_position_embeddings)
+        if m.lora is not None:
+            lm = with_lora(lm, m.lora)
     lm.generation_config.pad_token_id = tok.pad_id
     return CausalLM(lm, block, value_head).to(device)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from rlstream.trainers.envs import Prompt, verify
-from rlstream.trainers.lm import CausalLM, Tokenizer, build_model, load_tokenizer
+from rlstream.trainers.lm import CausalLM, Tokenizer, build_model, load_tokenizer, merged
 from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
 from rlstream.trainers.rl import Experience
 from rlstream.trainers.sampling import Samples, sample
@@ -98,10 +98,11 @@ POLICY_META = "rlstream.json"  # beside the Hugging Face files: version and cont
 def save_policy(policy: Policy, directory: str | Path) -> Path:
     """A Hugging Face directory (`save_pretrained`: config, safetensors weights, tokenizer
     files) that `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained` load with no rlstream
-    code, plus rlstream.json. The value head is the trainer's, not part of a policy version."""
+    code, plus rlstream.json. LoRA adapters are merged in; the value head is the trainer's, not
+    part of a policy version."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    policy.model.lm.save_pretrained(directory, safe_serialization=True)
+    merged(policy.model.lm).save_pretrained(directory, safe_serialization=True)
     policy.tok.save(directory)
     meta = {"version": policy.version, "block_size": policy.model.block_size}
     (directory / POLICY_META).write_text(json.dumps(meta))

@@ -34,6 +34,7 @@ def make_summary(run, final: dict, wall_s: float) -> dict:
         "algo": run.cfg.rl.algo,
         "sampler": run.cfg.selection.sampler,
         "params": st.model.num_params(),
+        "trainable_params": st.model.num_params(trainable=True),
         "pretrain_steps": pe.get("steps"),
         "pretrain_wall_s": pe.get("wall_s"),
         "pretrain_accuracy": pe.get("greedy"),

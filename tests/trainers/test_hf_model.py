@@ -97,3 +97,15 @@ def test_prompts_go_through_the_chat_template_unless_it_is_off(tmp_path):
     assert not raw.chat and raw.format_prompt("1+2=") == "1+2="
     plain = load_tokenizer(ModelConfig(path=str(tiny_model_dir(tmp_path / "plain"))))
     assert not plain.chat  # no template: raw text
+
+
+def test_lora_trains_only_the_adapters_and_exports_merged_weights(tmp_path):
+    base = tiny_model_dir(tmp_path / "base", "llama")
+    out = tmp_path / "out"
+    cfg = tiny(f"model.path={base}", "model.block_size=48", "model.lora=r=4,alpha=8")
+    summary = train_local(cfg, LocalOptions(out_dir=str(out), progress=False))
+    assert 0 < summary["trainable_params"] < summary["params"] / 4
+    before, after = weights(base), weights(out / "model")
+    assert before.keys() == after.keys()  # merged: a plain checkpoint, no adapter tensors
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all("proj" in k for k in changed)  # the adapted linears, nothing else
