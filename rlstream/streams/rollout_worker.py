@@ -64,7 +64,7 @@ def rollout_rows(
                 "completion": s.texts[k],
                 "completion_tokens": s.tokens[k],
                 "logprobs": s.logprobs[k],
-                "finish_reason": "stop",
+                "finish_reason": s.finish_reasons[k],
                 "worker_id": worker_id,
                 "verifier": req.get("verifier"),
             }

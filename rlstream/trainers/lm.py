@@ -8,8 +8,10 @@ presets.
 `model.path` is a local Hugging Face directory (config, safetensors weights, tokenizer files) or
 `preset:NAME`, a from-scratch config built with `AutoModelForCausalLM.from_config`. Nothing is
 downloaded: a hub id is refused with the command that fetches it. The default preset is a
-Llama-architecture model sized like the hand-written GPT it replaced (4 layers x 128, 0.8 M
-parameters), with a character-level tokenizer saved as a standard tokenizer directory.
+GPT-2-architecture model sized like the hand-written GPT it replaced (4 layers x 128, 0.81 M
+parameters), with a character-level tokenizer saved as a standard tokenizer directory; a
+Llama-architecture one of the same size (`tiny-llama`) learns the built-in arithmetic less well
+at the default budget.
 """
 
 from __future__ import annotations
@@ -189,7 +191,22 @@ def preset(name: str):
 
 @preset("tiny")
 def _tiny(m, tok: Tokenizer):
-    """Llama architecture, sized by model.n_layer / n_head / n_embd (default 4 x 4 x 128)."""
+    """GPT-2 architecture (learned positions, GELU MLP, LayerNorm) sized by model.n_layer /
+    n_head / n_embd (default 4 x 4 x 128: 0.81 M parameters)."""
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        vocab_size=tok.vocab_size, n_embd=m.n_embd, n_layer=m.n_layer, n_head=m.n_head,
+        n_positions=m.block_size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        tie_word_embeddings=True, pad_token_id=tok.pad_id, eos_token_id=tok.eos_id,
+        bos_token_id=tok.eos_id,
+    )  # fmt: skip
+
+
+@preset("tiny-llama")
+def _tiny_llama(m, tok: Tokenizer):
+    """Llama architecture (RoPE, SwiGLU, RMSNorm) sized like `tiny`: at the default budget it
+    learns the built-in arithmetic less well (77.7% held-out after RL vs 94.1%; CHANGELOG)."""
     from transformers import LlamaConfig
 
     return LlamaConfig(

@@ -137,22 +137,18 @@ class PlainProgress:
     """Without a terminal (logs, CI, nohup) the bars draw nothing: a plain line instead at
     every evaluation and at least every `every_s` seconds."""
 
-    KEYS = ("phase", "step", "rl_step", "loss", "val_loss", "reward", "greedy", "pass1", "entropy")
+    KEYS = ("loss", "val_loss", "reward", "greedy", "pass1", "entropy")
 
     def __init__(self, enabled: bool, every_s: float = 5.0):
         self.enabled, self.every_s, self.at = enabled, every_s, time.monotonic()
 
-    def __call__(self, row: dict, total: int) -> None:
+    def __call__(self, row: dict, done: int, total: int) -> None:
         evaluated = "val_loss" in row or "greedy" in row
         if not self.enabled or not (evaluated or time.monotonic() - self.at >= self.every_s):
             return
         self.at = time.monotonic()
-        shown = [
-            f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
-            for k in self.KEYS
-            if k in row
-        ]
-        print(f"[{total} steps] " + " ".join(shown), flush=True)
+        shown = [f"{k}={row[k]:.4g}" for k in self.KEYS if isinstance(row.get(k), float)]
+        print(f"{row['phase']} step {done}/{total} " + " ".join(shown), flush=True)
 
 
 def train_local(
@@ -186,7 +182,7 @@ def train_local(
             row = pretrain_step(st, run.corpus, run.val)
             run.history.append(row)
             info |= {k: row[k] for k in ("loss", "val_loss") if k in row}
-            plain(row, cfg.pretrain.max_steps)
+            plain(row, st.pre_step, cfg.pretrain.max_steps)
             labels = {"loss": "loss", "val_loss": "val"}
             bar.update(pt, completed=st.pre_step, info=bar_info(info, labels))
             if st.phase == "pretrain":
@@ -203,7 +199,7 @@ def train_local(
             row = rl_step(run)
             run.history.append(row)
             info |= {k: row[k] for k in ("reward", "greedy", "pass1", "entropy") if k in row}
-            plain(row, cfg.rl.steps)
+            plain(row, st.rl_step, cfg.rl.steps)
             labels = {"reward": "reward", "greedy": "greedy", "pass1": "pass@1", "entropy": "H"}
             bar.update(rl, completed=st.rl_step, info=bar_info(info, labels))
             run.maybe_checkpoint()

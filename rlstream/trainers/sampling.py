@@ -25,6 +25,7 @@ class Samples:
     tokens: list[list[int]]  # completion tokens, including the stop token when one was sampled
     texts: list[str]  # completion text up to (without) the stop string or EOS
     logprobs: list[list[float]]  # log p(token) under the sampling distribution (temperature)
+    finish_reasons: list[str]  # "stop" (EOS or a stop string) or "length" (max_new_tokens)
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -108,4 +109,5 @@ def sample(
         tokens=tokens,
         texts=[completion_text(tok, ts, stop) for ts in tokens],
         logprobs=[out_lp[i, : lengths[i]].tolist() for i in range(B)],
+        finish_reasons=["length" if a else "stop" for a in alive.tolist()],
     )

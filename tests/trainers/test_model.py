@@ -54,8 +54,9 @@ def test_sampling_layout_stop_tokens_and_logprobs(model):
     )
     assert s.prompt_index == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     stop = TOK.encode("5")[0]
-    for toks, text, lps in zip(s.tokens, s.texts, s.logprobs, strict=True):
+    for toks, text, lps, why in zip(s.tokens, s.texts, s.logprobs, s.finish_reasons, strict=True):
         assert len(lps) == len(toks) and all(lp <= 0 for lp in lps)
+        assert why == ("stop" if toks[-1] in (stop, TOK.eos_id) else "length")
         assert stop not in toks[:-1] and "5" not in text  # generation ends at the stop token
         assert TOK.eos_id not in toks[:-1] and EOS not in text  # ... and always at EOS
         assert len(toks) == 12 or toks[-1] in (stop, TOK.eos_id)
