@@ -40,6 +40,7 @@ def run_bench(
     device: str = "auto",
     batch_size: int = 64,
     model: str = "preset:tiny",
+    block_size: int = 32,
 ) -> dict:
     """Throughput numbers as a dict (tokens/s median/min/max per measurement, and ratios)."""
     from rlstream.config import ModelConfig
@@ -50,7 +51,7 @@ def run_bench(
 
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    a = ModelConfig(path=model)
+    a = ModelConfig(path=model, block_size=block_size)
     tok = load_tokenizer(a)
     torch.manual_seed(0)
     policy = build_model(a, tok, device=device)

@@ -125,13 +125,15 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         device: str = typer.Option("auto", help="cpu, cuda or auto"),
         batch_size: int = typer.Option(64, help="sequences per training step"),
         model: str = typer.Option("preset:tiny", help="a model directory or preset:NAME"),
+        block_size: int = typer.Option(32, min=8, help="sequence length (model.block_size)"),
         json_out: Path | None = typer.Option(None, "--json", help="also write results as JSON"),
     ) -> None:
         """Training tokens/s against a bare torch loop and sampling tokens/s against
         model.generate, on the same Hugging Face model (median and spread over repeats)."""
         from rlstream.trainers.bench import print_table, run_bench
 
-        res = run_bench(repeats, threads, device, batch_size, model_source(model) or model)
+        res = run_bench(repeats, threads, device, batch_size, model_source(model) or model,
+                        block_size)  # fmt: skip
         print_table(res)
         if json_out:
             import json

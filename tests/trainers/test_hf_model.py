@@ -48,7 +48,8 @@ def test_sampling_a_users_model_matches_a_teacher_forced_pass_and_the_uncached_s
         assert "\n" not in a.texts[i] and tok.decode(a.tokens[i]).startswith(a.texts[i])
 
 
-def test_the_local_loop_trains_a_users_model_and_writes_a_loadable_directory(model_dir, tmp_path):
+def test_the_local_loop_trains_a_users_model_and_writes_a_loadable_directory(tmp_path):
+    model_dir = tiny_model_dir(tmp_path / "qwen2", "qwen2")  # Llama trains in the LoRA test
     out = tmp_path / "out"
     cfg = tiny(f"model.path={model_dir}", "model.block_size=48")
     summary = train_local(cfg, LocalOptions(out_dir=str(out), progress=False))
