@@ -18,7 +18,7 @@ from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.connectors.reading import follow_run
 from rlstream.schemas import get, rows_to_batch
-from rlstream.trainers.policy import Policy, load_policy, save_policy
+from rlstream.trainers.policy import POLICY_META, Policy, load_policy, save_policy
 
 log = logging.getLogger(__name__)
 POLICY_VERSIONS = get("policy_versions")
@@ -29,17 +29,25 @@ def policy_prefix(run_id: str, version: int) -> str:
 
 
 def stored_versions(store: ObjectStore, run_id: str) -> dict[int, str]:
-    """The run's policy versions in the object store: version -> its s3:// uri."""
+    """The run's complete policy versions in the object store: version -> its s3:// uri (an
+    upload a crash cut short has no rlstream.json, written last)."""
     found = {}
     for name in store.list(f"{run_id}/policies/version="):
-        head = name.split("/")[2]  # version=NNNNNN
-        found[int(head.removeprefix("version="))] = f"s3://{store.bucket}/{run_id}/policies/{head}/"
+        _, _, head, file = name.split("/", 3)  # <run>/policies/version=NNNNNN/<file>
+        if file == POLICY_META:
+            found[int(head.removeprefix("version="))] = (
+                f"s3://{store.bucket}/{run_id}/policies/{head}/"
+            )
     return found
 
 
 def upload_policy(store: ObjectStore, prefix: str, policy: Policy) -> None:
+    """Every file of the version's directory, rlstream.json last (it marks it complete)."""
     with tempfile.TemporaryDirectory() as d:
-        for path in sorted(save_policy(policy, d).iterdir()):
+        files = sorted(
+            save_policy(policy, d).iterdir(), key=lambda p: (p.name == POLICY_META, p.name)
+        )
+        for path in files:
             store.put_file(prefix + path.name, path)
 
 
