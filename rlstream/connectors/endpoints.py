@@ -15,6 +15,10 @@ ENDPOINTS_FILE = "endpoints.json"
 
 _ENV = {
     "kafka_bootstrap": "RLSTREAM_KAFKA_BOOTSTRAP",
+    "kafka_security_protocol": "RLSTREAM_KAFKA_SECURITY_PROTOCOL",
+    "kafka_sasl_mechanism": "RLSTREAM_KAFKA_SASL_MECHANISM",
+    "kafka_username": "RLSTREAM_KAFKA_USERNAME",
+    "kafka_password": "RLSTREAM_KAFKA_PASSWORD",
     "s3_endpoint": "RLSTREAM_S3_ENDPOINT",
     "s3_access_key": "RLSTREAM_S3_ACCESS_KEY",
     "s3_secret_key": "RLSTREAM_S3_SECRET_KEY",
@@ -38,6 +42,12 @@ class Endpoints:
     """Addresses and credentials of the broker, the object store and the vector store."""
 
     kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_security_protocol: str = "PLAINTEXT"
+    """PLAINTEXT, or SASL_PLAINTEXT / SASL_SSL for a broker that authenticates clients."""
+    kafka_sasl_mechanism: str | None = None
+    """SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (with kafka_username / kafka_password)."""
+    kafka_username: str | None = field(default=None, repr=False)
+    kafka_password: str | None = field(default=None, repr=False)
     s3_endpoint: str = "127.0.0.1:8333"
     s3_access_key: str = field(default="rlstream", repr=False)
     s3_secret_key: str = field(default="rlstream-secret", repr=False)
@@ -68,6 +78,8 @@ class Endpoints:
         path = directory / ENDPOINTS_FILE
         if not path.exists():
             return None
+        if path.stat().st_mode & 0o077:  # it holds the stack's keys
+            raise PermissionError(f"{path} is readable by others; `chmod 600 {path}`")
         data = json.loads(path.read_text())
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -92,10 +104,27 @@ class Endpoints:
 
     def public(self) -> dict[str, object]:
         """Everything but the secrets, for logs and status tables."""
-        data = asdict(self)
-        data.pop("s3_secret_key")
-        data.pop("s3_access_key")
-        return data
+        return {k: v for k, v in asdict(self).items() if k not in SECRET_FIELDS}
+
+    def kafka_auth(self) -> dict[str, object]:
+        """aiokafka's security settings (none for a PLAINTEXT broker)."""
+        if self.kafka_security_protocol == "PLAINTEXT":
+            return {}
+        auth: dict[str, object] = {"security_protocol": self.kafka_security_protocol}
+        if self.kafka_sasl_mechanism:
+            auth |= {"sasl_mechanism": self.kafka_sasl_mechanism,
+                     "sasl_plain_username": self.kafka_username,
+                     "sasl_plain_password": self.kafka_password}  # fmt: skip
+        if self.kafka_security_protocol == "SASL_SSL":
+            from aiokafka.helpers import create_ssl_context
+
+            auth["ssl_context"] = create_ssl_context()
+        return auth
+
+
+SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "kafka_username", "kafka_password")
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
 def _parse(name: str, var: str, raw: str) -> object:
@@ -103,6 +132,10 @@ def _parse(name: str, var: str, raw: str) -> object:
         if raw.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"{var}={raw!r}: expected true or false")
         return raw.lower() in ("true", "1")
+    if name == "kafka_security_protocol" and raw not in PROTOCOLS:
+        raise ValueError(f"{var}={raw!r}: expected one of {', '.join(PROTOCOLS)}")
+    if name == "kafka_sasl_mechanism" and raw not in MECHANISMS:
+        raise ValueError(f"{var}={raw!r}: expected one of {', '.join(MECHANISMS)}")
     if name == "session_timeout_ms":
         if not raw.isdigit():
             raise ValueError(f"{var}={raw!r}: expected a whole number of milliseconds")

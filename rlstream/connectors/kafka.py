@@ -37,6 +37,7 @@ def producer(endpoints: Endpoints, **overrides) -> AIOKafkaProducer:
         acks=1,
         enable_idempotence=False,
         max_request_size=DEFAULT_MAX_MESSAGE_BYTES + 64_000,
+        **endpoints.kafka_auth(),
     )
     settings.update(overrides)
     return AIOKafkaProducer(**settings)
@@ -57,13 +58,15 @@ def consumer(
         rebalance_timeout_ms=max(session_ms, 10_000),
         fetch_max_wait_ms=100,
         max_partition_fetch_bytes=2 * DEFAULT_MAX_MESSAGE_BYTES,
+        **endpoints.kafka_auth(),
     )
     settings.update(overrides)
     return AIOKafkaConsumer(*topics, **settings)
 
 
 def admin(endpoints: Endpoints) -> AIOKafkaAdminClient:
-    return AIOKafkaAdminClient(bootstrap_servers=endpoints.kafka_bootstrap)
+    auth = endpoints.kafka_auth()
+    return AIOKafkaAdminClient(bootstrap_servers=endpoints.kafka_bootstrap, **auth)
 
 
 async def ensure_topics(

@@ -56,6 +56,12 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
         # faust's default is ./<app id>-data: keep the user's working directory clean
         datadir=str(data_root() / "{conf.name}-data"),
     )
+    if endpoints.kafka_sasl_mechanism:  # a broker that authenticates clients (a real Kafka)
+        settings["broker_credentials"] = faust.SASLCredentials(
+            username=endpoints.kafka_username, password=endpoints.kafka_password,
+            mechanism=endpoints.kafka_sasl_mechanism,
+            ssl_context=endpoints.kafka_auth().get("ssl_context"),
+        )  # fmt: skip
     settings.update(overrides)
     return faust.App(app_id, **settings)
 

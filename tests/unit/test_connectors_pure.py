@@ -40,6 +40,31 @@ def test_endpoints_env_overrides_state_file(tmp_path):
         Endpoints.from_env({"RLSTREAM_S3_SECURE": "maybe"})
 
 
+def test_broker_credentials_come_from_the_environment_and_stay_out_of_reprs(tmp_path):
+    env = {"RLSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+           "RLSTREAM_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+           "RLSTREAM_KAFKA_USERNAME": "trainer", "RLSTREAM_KAFKA_PASSWORD": "pw-0600"}  # fmt: skip
+    e = Endpoints.from_env(env)
+    assert e.kafka_auth() == {
+        "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "trainer", "sasl_plain_password": "pw-0600",
+    }  # fmt: skip
+    assert "pw-0600" not in repr(e) and "pw-0600" not in json.dumps(e.public())
+    assert "RLSTREAM_KAFKA_PASSWORD" in e.as_env()  # children get it by environment only
+    assert Endpoints().kafka_auth() == {}  # the embedded broker: PLAINTEXT on loopback
+    with pytest.raises(ValueError, match="RLSTREAM_KAFKA_SASL_MECHANISM='MD5'"):
+        Endpoints.from_env({"RLSTREAM_KAFKA_SASL_MECHANISM": "MD5"})
+
+
+def test_a_state_file_others_can_read_is_refused(tmp_path):
+    path = Endpoints(s3_secret_key="k").write(tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert Endpoints.from_state_file(tmp_path).s3_secret_key == "k"
+    path.chmod(0o644)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        Endpoints.from_state_file(tmp_path)
+
+
 def test_endpoints_are_frozen():
     with pytest.raises(AttributeError):
         Endpoints().kafka_bootstrap = "x"  # type: ignore[misc]
