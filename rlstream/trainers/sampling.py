@@ -68,21 +68,24 @@ def sample(
     if P + max_new_tokens > model.block_size:
         raise ValueError(f"prompt {P} + {max_new_tokens} new tokens > block_size")
     stop_ids = torch.tensor(sorted(tok.stop_ids(stop)), device=device)
-    seq = torch.full((B, P), tok.pad_id, dtype=torch.long, device=device)
-    valid = torch.zeros((B, P), dtype=torch.long, device=device)
+    # the whole sequence and its mask, allocated once: step t fills column P + t
+    seq = torch.full((B, P + max_new_tokens), tok.pad_id, dtype=torch.long, device=device)
+    valid = torch.zeros((B, P + max_new_tokens), dtype=torch.long, device=device)
     for i, e in enumerate(enc):
-        seq[i, P - len(e) :], valid[i, P - len(e) :] = torch.tensor(e), 1
-    out_tok = torch.full((B, max_new_tokens), tok.pad_id, dtype=torch.long, device=device)
+        seq[i, P - len(e) : P], valid[i, P - len(e) : P] = torch.tensor(e), 1
+    valid[:, P:] = 1  # generated positions are real tokens (padding after a stop is ignored)
+    positions = (valid.cumsum(1) - 1).clamp(min=0)
     out_lp = torch.zeros((B, max_new_tokens), device=device)
     alive = torch.ones(B, dtype=torch.bool, device=device)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
     cache = DynamicCache() if use_cache else None
     for t in range(max_new_tokens):
-        positions = (valid.cumsum(1) - 1).clamp(min=0)
+        end = P + t  # tokens so far
         if use_cache and t > 0:  # only the newest token; it sees every valid key in the cache
-            logits = model(seq[:, -1:], valid, positions[:, -1:], cache)
+            newest = slice(end - 1, end)
+            logits = model(seq[:, newest], valid[:, :end], positions[:, newest], cache)
         else:
-            logits = model(seq, valid, positions, cache)
+            logits = model(seq[:, :end], valid[:, :end], positions[:, :end], cache)
         logits = logits[:, -1, :].float()  # (B, V)
         if temperature == 0:
             nxt = logits.argmax(-1)
@@ -94,14 +97,13 @@ def sample(
                 probs = _top_p_filter(probs, top_p)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         nxt = torch.where(alive, nxt, tok.pad_id)
-        out_tok[:, t] = nxt
+        seq[:, end] = nxt
         out_lp[:, t] = logp.gather(-1, nxt[:, None]).squeeze(-1) * alive
         lengths += alive
         alive &= ~torch.isin(nxt, stop_ids)
-        seq = torch.cat([seq, nxt[:, None]], 1)
-        valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.long, device=device)], 1)
         if not alive.any():
             break
+    out_tok = seq[:, P:]
     tokens = [out_tok[i, : lengths[i]].tolist() for i in range(B)]
     return Samples(
         prompt_index=[i for i in range(len(prompts)) for _ in range(n)],
