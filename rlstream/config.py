@@ -62,7 +62,7 @@ class ModelConfig:
     """torch CPU threads per process (default: 2 in-process, 1 per streaming process)"""
 
     def __post_init__(self):
-        from rlstream.trainers.lm import ModelPathError, parse_lora, resolve_path
+        from rlstream.trainers.modelpath import ModelPathError, parse_lora, resolve_path
 
         try:
             kind, _ = resolve_path(self.path)

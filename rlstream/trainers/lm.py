@@ -23,9 +23,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from transformers.utils import logging as hf_logging
 
-hf_logging.disable_progress_bar()  # one tiny model per policy version: no bar per load or save
+from rlstream.trainers.modelpath import PRESET_NAMES, parse_lora, resolve_path
 
 PAD, EOS = "<pad>", "\n"  # the char tokenizer's pad token and end of a document / completion
 CHARS = string.printable[:95]  # printable ASCII: every character the built-in tasks write
@@ -236,54 +235,6 @@ def _qwen2_half_billion(m, tok: Tokenizer):
     )  # fmt: skip
 
 
-class ModelPathError(ValueError):
-    pass
-
-
-def resolve_path(path: str) -> tuple[str, str]:
-    """("preset", NAME) or ("dir", DIR); a ModelPathError names the fix otherwise."""
-    if path.startswith("preset:"):
-        name = path.removeprefix("preset:")
-        if name not in PRESETS:
-            raise ModelPathError(f"model.path: unknown preset {name!r}; known: {sorted(PRESETS)}")
-        return "preset", name
-    p = Path(path).expanduser()
-    if (p / "config.json").is_file():
-        return "dir", str(p)
-    if p.exists():
-        raise ModelPathError(
-            f"model.path: {path} has no config.json (a Hugging Face model directory: config, "
-            "safetensors weights, tokenizer files)"
-        )
-    if path.count("/") == 1 and not path.startswith((".", "/", "~")):
-        raise ModelPathError(
-            f"model.path: {path!r} looks like a hub id; rlstream downloads nothing at run time. "
-            f"Fetch it first (`hf download {path} --local-dir DIR`), then --model DIR"
-        )
-    raise ModelPathError(f"model.path: {path} does not exist (a model directory or preset:NAME)")
-
-
-LORA_KEYS = {"r": int, "alpha": float, "dropout": float}
-
-
-def parse_lora(spec: str) -> dict:
-    """ "r=16,alpha=32[,dropout=0.05]" -> peft LoraConfig arguments (ModelPathError names the
-    fix); adapters go on every linear layer but the output head, as TRL's defaults do."""
-    args = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or key not in LORA_KEYS:
-            raise ModelPathError(f"model.lora: {part!r}: give r=N,alpha=X[,dropout=P]")
-        try:
-            args[key] = LORA_KEYS[key](value)
-        except ValueError:
-            raise ModelPathError(f"model.lora: {key}={value!r} is not a number") from None
-    if args.get("r", 0) < 1:
-        raise ModelPathError("model.lora: r (the adapters' rank) must be at least 1, e.g. r=16")
-    return {"r": args["r"], "lora_alpha": args.get("alpha", 2.0 * args["r"]),
-            "lora_dropout": args.get("dropout", 0.0), "target_modules": "all-linear"}  # fmt: skip
-
-
 def with_lora(lm, spec: str):
     """`lm` with trainable LoRA adapters (peft); its own weights frozen."""
     from peft import LoraConfig, get_peft_model
@@ -309,10 +260,18 @@ def load_tokenizer(m) -> Tokenizer:
     return tok
 
 
+def quiet_transformers() -> None:
+    """No progress bar per load or save (a policy version is loaded every RL step)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def build_model(m, tok: Tokenizer, value_head: bool = False, device: str = "cpu") -> CausalLM:
     """A preset initialised from the current torch seed, or a directory's weights."""
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     kind, where = resolve_path(m.path)
     if kind == "preset":
         lm = AutoModelForCausalLM.from_config(PRESETS[where](m, tok), dtype=torch.float32)
@@ -324,6 +283,9 @@ def build_model(m, tok: Tokenizer, value_head: bool = False, device: str = "cpu"
             lm = with_lora(lm, m.lora)
     lm.generation_config.pad_token_id = tok.pad_id
     return CausalLM(lm, block, value_head).to(device)
+
+
+assert set(PRESETS) == set(PRESET_NAMES), "modelpath.PRESET_NAMES lists every preset"
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

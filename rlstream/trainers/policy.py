@@ -21,7 +21,14 @@ from pathlib import Path
 import torch
 
 from rlstream.trainers.envs import Prompt, verify
-from rlstream.trainers.lm import CausalLM, Tokenizer, build_model, load_tokenizer, merged
+from rlstream.trainers.lm import (
+    CausalLM,
+    Tokenizer,
+    build_model,
+    load_tokenizer,
+    merged,
+    quiet_transformers,
+)
 from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
 from rlstream.trainers.rl import Experience
 from rlstream.trainers.sampling import Samples, sample
@@ -100,6 +107,7 @@ def save_policy(policy: Policy, directory: str | Path) -> Path:
     files) that `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained` load with no rlstream
     code, plus rlstream.json. LoRA adapters are merged in; the value head is the trainer's, not
     part of a policy version."""
+    quiet_transformers()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     merged(policy.model.lm).save_pretrained(directory, safe_serialization=True)
@@ -112,6 +120,7 @@ def save_policy(policy: Policy, directory: str | Path) -> Path:
 def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     directory = Path(directory)
     meta = json.loads((directory / POLICY_META).read_text())
     lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
