@@ -221,6 +221,7 @@ class LiveFile:
     def __init__(self, path: Path, cfg: Config, every_s: float = 1.0):
         self.path, self.cfg, self.every_s = path, cfg, every_s
         self.at = self.traced_at = float("-inf")
+        self.usage = ProcessUsage()
         try:
             self.trace: list[dict] = list(json.loads(path.read_text()).get("trace", []))
         except (OSError, ValueError, AttributeError):
@@ -231,6 +232,8 @@ class LiveFile:
             return
         self.at = time.monotonic()
         figures = live_figures(self.cfg, view, sup)
+        for name, usage in self.usage.sample(sup).items():
+            figures["processes"][name] |= usage
         if force or self.at - self.traced_at >= self.TRACE_EVERY_S:
             self.traced_at = self.at
             self.trace.append({
@@ -238,12 +241,39 @@ class LiveFile:
                 "rl_step": view.rl_step,
                 "policy_lag": view.policy_lag,
                 "messages_per_s": round(sum(figures["messages_per_s"].values()), 2),
+                "completions": dict(view.completions),
+                "processes": {n: [p.get("cpu_percent"), p.get("rss_mb")]
+                              for n, p in figures["processes"].items()},
             })  # fmt: skip
             if len(self.trace) > self.TRACE_MAX:
                 self.trace = self.trace[::2]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(figures | {"trace": self.trace}, default=str))
         tmp.replace(self.path)
+
+
+class ProcessUsage:
+    """CPU share (percent of one core, since the last sample) and resident memory of each
+    child process, as the design notes' per-process views show them."""
+
+    def __init__(self):
+        self._procs: dict[int, object] = {}
+
+    def sample(self, sup: Supervisor) -> dict[str, dict[str, float]]:
+        import psutil
+
+        out = {}
+        for c in sup.children:
+            if not (c.proc and c.proc.poll() is None):
+                continue
+            try:
+                proc = self._procs.setdefault(c.proc.pid, psutil.Process(c.proc.pid))
+                cpu = proc.cpu_percent(None)  # the first call of a process says 0.0
+                rss = proc.memory_info().rss / 2**20
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            out[c.name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(rss, 1)}
+        return out
 
 
 def live_figures(cfg: Config, view, sup: Supervisor) -> dict:
@@ -263,6 +293,7 @@ def live_figures(cfg: Config, view, sup: Supervisor) -> dict:
         "reward": view.reward,
         "policy_lag": view.policy_lag,
         "messages_per_s": {t.split(".")[1]: r for t, r in view.rates.items() if r},
+        "completions": dict(view.completions),
         "processes": {
             c.name: {"alive": bool(c.proc and c.proc.poll() is None), "restarts": c.restarts}
             for c in sup.children

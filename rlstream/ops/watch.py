@@ -37,6 +37,7 @@ class RunView:
     policy_lag: float | None = None
     evals: list[dict] = field(default_factory=list)  # eval_results rows
     lags: list[int] = field(default_factory=list)  # per rollout group: trainer version - producer
+    completions: dict[str, int] = field(default_factory=dict)  # task -> rollouts (interactions)
     rates: dict[str, float] = field(default_factory=dict)  # topic -> messages/s
     throughput: list[tuple[float, dict[str, int]]] = field(default_factory=list)
 
@@ -90,6 +91,8 @@ class RunWatcher:
                 if r["task"] == "rl" and r["metric"] == "reward":
                     v.reward = r["value"]
         elif event == "rollouts" and rows:
+            for r in rows:
+                v.completions[r["task"]] = v.completions.get(r["task"], 0) + 1
             groups = {r["request_id"]: r["policy_version"] for r in rows}
             lags = [max(0, v.policy_version - pv) for pv in groups.values()]
             v.lags += lags

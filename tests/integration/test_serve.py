@@ -274,9 +274,13 @@ def test_the_web_view_shows_a_live_run_its_report_and_its_rollouts(server, tmp_p
         assert page.inner_text("#rl-step") == str(status["rl_step"]) == "4"
         assert page.inner_text("#accuracy") == f"{100 * status['accuracy']:.1f}%"
         assert page.inner_text("#idle-share") == f"{status['idle_share']:.3f}"
-        for chart in ("accuracy", "reward", "rl-loss", "lag", "rate"):
+        for chart in ("accuracy", "reward", "rl-loss", "lag", "rate", "interactions", "cpu",
+                      "memory"):  # fmt: skip
             assert int(page.get_attribute(f"#chart-{chart}", "data-points")) >= 2, chart
             assert page.locator(f"#chart-{chart} canvas").count() == 1, chart
+        for chart in ("interactions", "cpu", "memory"):  # one series per task / process
+            series = page.locator(f"#chart-{chart} .u-legend .u-series").count() - 1
+            assert series >= (2 if chart == "interactions" else 5), (chart, series)
         assert "rlstream run web-it" in page.inner_text("#report")
         assert page.locator("#report img[src='/runs/web-it/curves.png']").count() == 1
         page.screenshot(path=artifacts / "web-run.png", full_page=True)

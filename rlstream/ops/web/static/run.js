@@ -25,11 +25,24 @@ function overTime(trace, key) {
   return [trace.map((p) => p.t - t0), trace.map((p) => p[key])];
 }
 
-const COLOURS = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626"];
+// One series per name found in any sample's `pick(sample)` object (tasks, processes).
+function overTimeByName(trace, pick) {
+  const t0 = trace.length ? trace[0].t : 0;
+  const names = [...new Set(trace.flatMap((p) => Object.keys(pick(p) || {})))].sort();
+  const series = names.map((n) => trace.map((p) => (pick(p) || {})[n] ?? null));
+  return [names, [trace.map((p) => p.t - t0), ...series]];
+}
+
+const COLOURS = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#a16207"];
+const mapValues = (o, f) => Object.fromEntries(Object.entries(o || {}).map(([k, v]) => [k, f(v)]));
 
 function draw(id, data, labels, xLabel, yRange) {
   const el = document.getElementById(id);
   el.dataset.points = String(data[0].length);
+  if (charts[id] && charts[id].series.length !== labels.length + 1) {  // a new task or process
+    charts[id].destroy();
+    delete charts[id];
+  }
   if (charts[id]) { charts[id].setData(data); return; }
   if (!data[0].length) return;  // uPlot needs a first point to size its axes
   charts[id] = new uPlot({
@@ -57,7 +70,8 @@ function update(live) {
   procs.replaceChildren(...Object.entries(live.processes || {}).map(([name, p]) => {
     const span = document.createElement("span");
     span.className = p.alive ? "alive" : "dead";
-    span.textContent = `${name}${p.restarts ? ` (restarted ${p.restarts}x)` : ""} `;
+    const usage = p.rss_mb != null ? ` ${p.cpu_percent}% CPU ${Math.round(p.rss_mb)} MB` : "";
+    span.textContent = `${name}${usage}${p.restarts ? ` (restarted ${p.restarts}x)` : ""} · `;
     return span;
   }));
   const evals = live.evals || [], trace = live.trace || [];
@@ -68,6 +82,12 @@ function update(live) {
   draw("chart-entropy", byStep(evals, "rl", ["entropy"]), ["entropy"], "RL step");
   draw("chart-lag", overTime(trace, "policy_lag"), ["mean lag"], "seconds");
   draw("chart-rate", overTime(trace, "messages_per_s"), ["messages/s"], "seconds");
+  const [tasks, done] = overTimeByName(trace, (p) => p.completions);
+  draw("chart-interactions", done, tasks, "seconds");
+  const [names, cpu] = overTimeByName(trace, (p) => mapValues(p.processes, (v) => v[0]));
+  draw("chart-cpu", cpu, names, "seconds");
+  const [, rss] = overTimeByName(trace, (p) => mapValues(p.processes, (v) => v[1]));
+  draw("chart-memory", rss, names, "seconds");
   document.body.dataset.updatedAt = String(live.updated_at ?? "");
 }
 
