@@ -195,6 +195,67 @@ def _source(value: str | None) -> str | None:
 
 
 @app.command()
+def chaos(
+    config: Path | None = trainer_commands.ConfigOpt,
+    faults: int = typer.Option(12, min=1, help="Faults per run."),
+    seed: int = typer.Option(0, help="Seed of the fault schedule (and of the run)."),
+    repeats: int = typer.Option(1, min=1, help="Runs, with seeds seed, seed+1, ..."),
+    kinds: str | None = typer.Option(
+        None, help="Comma-separated fault kinds [default: all of them; see the table below]."
+    ),
+    rl_steps: int | None = typer.Option(None, min=1, help="rl.steps: RL updates per run."),
+    workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
+    s3_down_s: float = typer.Option(30.0, min=0, help="How long the S3 server is down."),
+    qdrant_down_s: float = typer.Option(30.0, min=0, help="How long Qdrant is unavailable."),
+    fault_rate_per_h: float = typer.Option(
+        1.0, min=1e-6, help="Process faults an hour assumed in production (the MTBF bound)."
+    ),
+    out: Path = typer.Option(Path("runs"), help="Where the runs and their audits go."),
+    run_id: str = typer.Option("", help="Run id (-N per repeat) [default: from the time]."),
+    overrides: list[str] = trainer_commands.SetOpt,
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """The real loop under scheduled faults (SIGKILL and SIGSTOP of every process kind, the S3
+    server down, Qdrant unavailable), then an audit by event id: nothing lost, nothing trained
+    twice, the archive equal to what was published. Prints each fault's recovery time."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from rlstream.ops import chaos as chaos_mod
+
+    chosen = tuple(k.strip() for k in kinds.split(",")) if kinds else chaos_mod.FAULT_KINDS
+    unknown = [k for k in chosen if k not in chaos_mod.FAULT_KINDS]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown fault kind {unknown[0]!r}; choose from {', '.join(chaos_mod.FAULT_KINDS)}",
+            param_hint="--kinds",
+        )
+    rid = run_id or datetime.now(UTC).strftime("chaos-%Y%m%d-%H%M%S")
+    cfg = trainer_commands.build_config(
+        config, overrides, run_id=rid, rl__steps=rl_steps, loop__rollout_workers=workers
+    )
+    for name in ("prompts", "corpus"):
+        source = getattr(cfg.data, name) or ""
+        if source.startswith("topic:"):
+            raise typer.BadParameter(f"data.{name}: `rlstream chaos` starts its own stack, where "
+                                     f"{source} holds nothing; give a file")  # fmt: skip
+    results = []
+    for i in range(repeats):
+        args = chaos_mod.ChaosArgs(faults=faults, seed=seed + i, kinds=chosen,
+                                   s3_down_s=s3_down_s, qdrant_down_s=qdrant_down_s)  # fmt: skip
+        this = replace(cfg, run_id=rid if repeats == 1 else f"{rid}-{i}", seed=cfg.seed + i)
+        result = chaos_mod.run_chaos(this, out, args, say=lambda m: print(m, flush=True))
+        console.print(chaos_mod.table(result))
+        results.append(result)
+    figures = chaos_mod.combine(results) | chaos_mod.mtbf(results, fault_rate_per_h)
+    if repeats > 1:
+        print_figures(f"chaos, {repeats} runs", {k: v for k, v in figures.items() if k != "runs"})
+    write_summary(summary, figures)
+    if not figures["survived"]:
+        raise typer.Exit(1)
+
+
+@app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback by default)."),
     port: int = typer.Option(8765, min=1, max=65535, help="TCP port."),
@@ -896,11 +957,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from rlstream.connectors.files import UnsupportedFile
     from rlstream.connectors.kafka import TopicConfigError
     from rlstream.connectors.reading import TopicNotFound
+    from rlstream.ops.chaos import ChaosError
     from rlstream.ops.replay import BadTime
     from rlstream.ops.stack import StackError
 
     return (KafkaConnectionError, KafkaError, UnsupportedFile, TopicConfigError, TopicNotFound,
-            BadTime, StackError, ValueError, FileNotFoundError, TimeoutError)  # fmt: skip
+            BadTime, StackError, ChaosError, ValueError, FileNotFoundError,
+            TimeoutError)  # fmt: skip
 
 
 def main() -> None:

@@ -335,11 +335,20 @@ class LoopConfig:
     """RL steps between policy versions published to the rollout workers"""
     session_timeout_ms: int = 6000
     """consumer-group session timeout"""
+    max_restarts: int = 5
+    """restarts of one process within restart_window_s before the supervisor gives up on it"""
+    restart_window_s: float = 600.0
+    """the window max_restarts counts in (a process that crashes rarely is always restarted)"""
+    s3_retry_s: float = 120.0
+    """how long the loop's processes retry an unavailable S3 server before failing"""
 
     def __post_init__(self):
         _at_least("loop", "rollout_workers", self.rollout_workers, 1)
         _at_least("loop", "target_in_flight", self.target_in_flight, 1)
         _at_least("loop", "publish_every", self.publish_every, 1)
+        _at_least("loop", "max_restarts", self.max_restarts, 0)
+        _at_least("loop", "restart_window_s", self.restart_window_s, 1)
+        _at_least("loop", "s3_retry_s", self.s3_retry_s, 0)
 
 
 @dataclass

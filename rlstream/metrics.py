@@ -50,6 +50,10 @@ SCHEDULER_POOL = Gauge(
 SCHEDULER_IN_FLIGHT = Gauge(
     "rlstream_scheduler_in_flight_groups", "Groups issued but not yet consumed by the trainer."
 )
+SCHEDULER_VECTOR_FAILURES = Counter(
+    "rlstream_scheduler_vector_store_failures_total",
+    "Vector-store (Qdrant) writes that failed and were kept for the next flush.",
+)
 TRAINER_STEPS = Counter("rlstream_trainer_steps_total", "Updates applied, by phase.", ["phase"])
 TRAINER_IDLE_SECONDS = Counter(
     "rlstream_trainer_idle_seconds_total", "Seconds the trainer waited for experience."

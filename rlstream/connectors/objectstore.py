@@ -3,13 +3,17 @@
 Layout (ARCHITECTURE.md): `<run_id>/experience/policy=<v>/part-<first_offset>.parquet`,
 `<run_id>/checkpoints/step=<n>/...`, `<run_id>/reports/...`. Object names are derived from event
 ids or offsets, so writing the same thing twice overwrites it instead of duplicating it.
-Transient failures (connection errors, 5xx, throttling) are retried with exponential backoff.
+Transient failures (connection errors, 5xx, throttling) are retried with exponential backoff
+for up to `RLSTREAM_S3_RETRY_S` seconds: 10 by default (a command fails soon), the loop's
+processes get `loop.s3_retry_s` (120), so an S3 server that is down for a while (restarted,
+failed over) stalls them instead of crashing them.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +25,7 @@ from minio.error import S3Error
 from tenacity import (
     retry,
     retry_if_exception,
-    stop_after_attempt,
+    stop_after_delay,
     wait_exponential,
 )
 
@@ -38,10 +42,21 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
 
+def _warn(state) -> None:
+    if state.attempt_number in (3, 10) or state.attempt_number % 30 == 0:
+        log.warning("S3 unavailable (%s); retrying for up to %.0f s",
+                    state.outcome.exception(), retry_budget_s())  # fmt: skip
+
+
+def retry_budget_s() -> float:
+    return float(os.environ.get("RLSTREAM_S3_RETRY_S", "10"))
+
+
 _retry = retry(
     retry=retry_if_exception(_transient),
-    stop=stop_after_attempt(6),
-    wait=wait_exponential(multiplier=0.1, max=5),
+    stop=lambda state: stop_after_delay(retry_budget_s())(state),
+    wait=wait_exponential(multiplier=0.1, max=2),
+    before_sleep=_warn,
     reraise=True,
 )
 
@@ -108,6 +123,7 @@ class ObjectStore:
         objects = self.client.list_objects(self.bucket, prefix=prefix, recursive=True)
         return sorted(o.object_name for o in objects)
 
+    @_retry
     def exists(self, name: str) -> bool:
         try:
             self.client.stat_object(self.bucket, name)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from qdrant_client import QdrantClient, models
 
+from rlstream.connectors import faults
 from rlstream.connectors.endpoints import Endpoints, state_dir
 
 
@@ -38,6 +39,7 @@ class VectorStore:
         return store
 
     def ensure(self) -> None:
+        faults.check("qdrant")
         if not self.client.collection_exists(self.collection):
             self.client.create_collection(
                 self.collection,
@@ -45,6 +47,7 @@ class VectorStore:
             )
 
     def upsert(self, ids: Sequence[int | str], vectors: Sequence[Sequence[float]], payloads):
+        faults.check("qdrant")
         points = [
             models.PointStruct(id=i, vector=list(map(float, v)), payload=p)
             for i, v, p in zip(ids, vectors, payloads, strict=True)
@@ -52,11 +55,13 @@ class VectorStore:
         self.client.upsert(self.collection, points=points)
 
     def search(self, vector: Sequence[float], limit: int = 10) -> list[models.ScoredPoint]:
+        faults.check("qdrant")
         return self.client.query_points(
             self.collection, query=list(map(float, vector)), limit=limit, with_payload=True
         ).points
 
     def count(self) -> int:
+        faults.check("qdrant")
         return self.client.count(self.collection).count
 
     def close(self) -> None:

@@ -100,22 +100,24 @@ class Child:
     metrics_port: int = 0
     restarts: int = 0
     finished: bool = False
+    crashes: list[float] = field(default_factory=list)  # monotonic times, within the window
 
 
 @dataclass
 class Supervisor:
-    """Starts the loop's processes and restarts a crashed one (up to max_restarts each)."""
+    """Starts the loop's processes and restarts a crashed one, unless it crashed more than
+    `loop.max_restarts` times within `loop.restart_window_s` (a crash loop, not a fault)."""
 
     cfg_path: Path
     env: dict[str, str]
     log_dir: Path
     workers: int = 2
-    max_restarts: int = 3
     children: list[Child] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         py, cfg = sys.executable, str(self.cfg_path)
         run = Config.read(self.cfg_path)
+        self.max_restarts, self.window_s = run.loop.max_restarts, run.loop.restart_window_s
         scoring = ["--run-id", run.run_id]
         scoring += ["--reward-rules", run.rl.reward_rules] if run.rl.reward_rules else []
         scoring += ["--reward-fn", run.rl.reward_fn] if run.rl.reward_fn else []
@@ -183,15 +185,17 @@ class Supervisor:
             if code == 0:
                 child.finished = True
                 news.append(f"{child.name} finished")
-            elif child.restarts < self.max_restarts:
+                continue
+            now = time.monotonic()
+            child.crashes = [t for t in child.crashes if now - t < self.window_s] + [now]
+            if len(child.crashes) <= self.max_restarts:
                 child.restarts += 1
                 news.append(f"{child.name} exited with {code}; restart {child.restarts}")
                 self._spawn(child)
             else:
                 child.finished = True
-                news.append(
-                    f"{child.name} crashed {child.restarts + 1} times; giving up (log: {child.log})"
-                )
+                news.append(f"{child.name} crashed {len(child.crashes)} times in "
+                            f"{self.window_s:.0f} s; giving up (log: {child.log})")  # fmt: skip
         return news
 
     def trainer(self) -> Child:
@@ -308,6 +312,7 @@ def child_env(endpoints: Endpoints, cfg: Config, run_dir: Path | None = None) ->
     env = dict(os.environ) | endpoints.as_env()
     env["RLSTREAM_SESSION_TIMEOUT_MS"] = str(cfg.loop.session_timeout_ms)
     env["OMP_NUM_THREADS"] = str(cfg.threads(streaming=True))
+    env["RLSTREAM_S3_RETRY_S"] = str(cfg.loop.s3_retry_s)
     if run_dir is not None:
         env["RLSTREAM_FAUST_DIR"] = str(Path(run_dir).resolve() / "faust")
     return env

@@ -92,6 +92,7 @@ class EmbeddedStack:
         self.durable, self.prometheus = durable, prometheus
         self.servers: list[Server] = []
         self._procs: list[subprocess.Popen] = []
+        self._commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         self.endpoints: Endpoints | None = None
 
     def start(self, timeout_s: float = 60.0) -> Endpoints:
@@ -204,8 +205,32 @@ class EmbeddedStack:
     def _spawn(self, name, cmd, port, log, env, ports) -> subprocess.Popen:
         proc = procs.spawn(cmd, log=log, env=env)
         self._procs.append(proc)
+        self._commands[name] = (cmd, env)
         self.servers.append(Server(name, proc.pid, port, time.time(), str(log), ports))
         return proc
+
+    def stop_server(self, name: str) -> None:
+        """Stop one server (its data stays), as an outage would; `start_server` brings it back."""
+        i = self._index(name)
+        procs.terminate(self.servers[i].pid)
+        self._procs[i].wait(timeout=10)
+
+    def start_server(self, name: str, timeout_s: float = 60.0) -> None:
+        """Start a stopped server again with its command, ports and data."""
+        i = self._index(name)
+        server, (cmd, env) = self.servers[i], self._commands[name]
+        proc = procs.spawn(cmd, log=Path(server.log), env=env)
+        self._procs[i] = proc
+        self.servers[i] = replace(server, pid=proc.pid, started_at=time.time())
+        opened = lambda: procs.port_open(server.port) or proc.poll() is not None  # noqa: E731
+        if not procs.wait_until(opened, timeout_s) or proc.poll() is not None:
+            raise StackError(f"{name} did not come back:\n{procs.tail_text(Path(server.log))}")
+
+    def _index(self, name: str) -> int:
+        names = [s.name for s in self.servers]
+        if name not in names:
+            raise StackError(f"no server {name!r} in this stack (it has {', '.join(names)})")
+        return names.index(name)
 
     def dead_servers(self) -> list[str]:
         return [

@@ -115,6 +115,16 @@ class Glue:
             "dead-lettered %s[%d]@%d: %s", message.topic, message.partition, message.offset, error
         )
 
+    async def settle(self) -> None:
+        """Wait until this event's table writes are on the broker. faust sends changelog writes
+        with `send_soon` (a producer buffer, not tied to the event's offset), so an offset could
+        be committed before the state it produced was durable: a SIGKILL in between lost that
+        state (a half-joined group forgotten, never completed). Call it before the next event."""
+        producer = self.app.producer
+        while producer.buffer.size:
+            await producer.buffer.flush()
+        await producer.flush()
+
     async def emit(self, event: EventType, batch: pa.RecordBatch, topic: str | None = None):
         """Send `batch` split by key partition and wait until the broker has it."""
         target = self.topic(topic or event.topic)

@@ -140,6 +140,7 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
                 completed += 1
                 if completed % SWEEP_EVERY == 0:
                     _sweep(pending, partition, time.time() - DONE_RETENTION_S)
+            await glue.settle()  # the table's writes are durable before this offset commits
 
 
 def absorb(held: dict, kind: str, rows: list[dict]) -> int:

@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -169,8 +170,11 @@ class EnvironmentState:
 
     Upserts are batched (`flush_every` groups); the payload carries task, attempts, successes,
     pass rate and the last policy version that tried the prompt, so the neighbourhood of an
-    unseen prompt can be looked up by similarity.
+    unseen prompt can be looked up by similarity. While the store is unavailable the statistics
+    stay in memory and the flush is retried every `RETRY_S`: selection never waits for it.
     """
+
+    RETRY_S = 5.0
 
     def __init__(self, endpoints: Endpoints, run_id: str, flush_every: int = 32):
         from rlstream.connectors.vectors import VectorStore, vector_client
@@ -179,10 +183,11 @@ class EnvironmentState:
         self.featurize = make_featurizer("text")
         dim = self.featurize([Prompt("x", "0+0=", "add", 1, "0")]).shape[1]
         self.store = VectorStore(vector_client(endpoints), collection_name(run_id), dim)
-        self.store.ensure()
+        self.ensured = False  # the collection is made at the first flush that reaches the store
         self.stats: dict[str, dict] = {}
         self.dirty: dict[str, Prompt] = {}
         self.flush_every = flush_every
+        self.retry_at = 0.0  # monotonic; a failed flush waits until then
 
     def observe(self, prompt: Prompt, rewards: list[float], policy_version: int) -> None:
         s = self.stats.setdefault(
@@ -193,20 +198,35 @@ class EnvironmentState:
         s["pass_rate"] = s["successes"] / s["attempts"]
         s["last_policy_version"] = policy_version
         self.dirty[prompt.prompt_id] = prompt
-        if len(self.dirty) >= self.flush_every:
+        if len(self.dirty) >= self.flush_every and time.monotonic() >= self.retry_at:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Upsert what changed; False (kept for the next try) if the store is unavailable."""
         if not self.dirty:
-            return
+            return True
         prompts = list(self.dirty.values())
-        vectors = self.featurize(prompts)
-        self.store.upsert(
-            [int(p.prompt_id, 16) for p in prompts],
-            vectors.tolist(),
-            [self.stats[p.prompt_id] | {"prompt_id": p.prompt_id} for p in prompts],
-        )
+        try:
+            if not self.ensured:
+                self.store.ensure()
+                self.ensured = True
+            self.store.upsert(
+                [int(p.prompt_id, 16) for p in prompts],
+                self.featurize(prompts).tolist(),
+                [self.stats[p.prompt_id] | {"prompt_id": p.prompt_id} for p in prompts],
+            )
+        except Exception as exc:  # noqa: BLE001  (a server's client raises several kinds)
+            metrics.SCHEDULER_VECTOR_FAILURES.inc()
+            if self.retry_at == 0.0:
+                log.warning("vector store unavailable (%s); %d prompts kept, retrying every "
+                            "%.0f s", exc, len(self.dirty), self.RETRY_S)  # fmt: skip
+            self.retry_at = time.monotonic() + self.RETRY_S
+            return False
+        if self.retry_at:
+            log.info("vector store available again: %d prompts written", len(prompts))
+        self.retry_at = 0.0
         self.dirty.clear()
+        return True
 
     def close(self) -> None:
         self.flush()

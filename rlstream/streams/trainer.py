@@ -15,6 +15,13 @@ resumes from the checkpoint and the offsets that match it. Groups produced by a 
 than `max_policy_lag` versions old are dropped and counted. Each update announces a policy
 version (weights to S3, then the event); evaluations go to rl.eval_results.v1; verified-correct
 rollouts go back into rl.corpus.v1.
+
+The trainer's ledger says what became of every group it consumed: trained (at which step),
+dropped as stale, filtered (zero variance), or taken but not trained when the run ended. Each
+checkpoint writes the entries since the previous one as `<run>/trainer/ledger/upto-NNNNNN.parquet`
+just before the checkpoint itself: a trainer killed in between resumes from the previous
+checkpoint, retrains the same steps and overwrites that part, so the ledger is exactly what the
+checkpointed model learned from (`rlstream chaos` audits a run against it).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pyarrow as pa
 import torch
 
 from rlstream import metrics as prom
@@ -54,6 +62,14 @@ PROMPTS = get("prompts")
 POLL_MS = 100  # experience fetch wait while a batch fills
 DEMAND_REFRESH_S = 2.0  # re-announce the groups consumed so the scheduler's pacing stays fresh
 REFILL_SIGNAL_S = 0.2  # after filtered groups, tell the scheduler at most this often
+LEDGER_SCHEMA = pa.schema([
+    ("request_id", pa.string()), ("outcome", pa.string()), ("rl_step", pa.int64()),
+    ("policy_version", pa.int64()), ("event_ids", pa.list_(pa.string())),
+])  # fmt: skip
+
+
+def ledger_prefix(run_id: str) -> str:
+    return f"{run_id}/trainer/ledger/"
 
 
 async def load_dataset(endpoints: Endpoints, cfg: Config) -> DatasetView:
@@ -142,6 +158,7 @@ class StreamTrainer:
         self.counters = defaultdict(float)
         self.pending: dict[str, dict[int, dict]] = defaultdict(dict)
         self.ready: list[list[dict]] = []
+        self.ledger: list[dict] = []  # outcomes since the last checkpoint
 
     def state_dict(self) -> dict:
         """The train state plus the stream's: ids seen and trained (within the trainable
@@ -176,9 +193,32 @@ class StreamTrainer:
         log.info("resumed at step %d (phase %s)", self.state.step, self.state.phase)
         return True
 
-    def checkpoint(self) -> None:
-        ck = self.cfg.checkpoint
-        save_checkpoint(self.ckpts, self.state.step, self.state_dict(), keep_last=ck.keep_last)
+    def checkpoint(self, final: bool = False) -> None:
+        """The ledger part for the steps since the last checkpoint, then the checkpoint (the
+        last one also lists what was taken but never trained)."""
+        ck, step = self.cfg.checkpoint, self.state.step
+        log.info("checkpoint at step %d", step)
+        if final:
+            self.record_untrained()
+        if self.ledger:
+            name = f"{ledger_prefix(self.cfg.run_id)}upto-{self.state.rl_step:06d}.parquet"
+            self.store.put_parquet(name, pa.Table.from_pylist(self.ledger, LEDGER_SCHEMA))
+            self.ledger = []
+        save_checkpoint(self.ckpts, step, self.state_dict(), keep_last=ck.keep_last)
+
+    def record_untrained(self) -> None:
+        """The groups taken but never trained when the run ends (their offsets are committed)."""
+        for group in [*self.ready, *(list(g.values()) for g in self.pending.values())]:
+            self.record(group, "untrained_at_end")
+
+    def record(self, group: list[dict], outcome: str) -> None:
+        self.ledger.append({
+            "request_id": group[0]["request_id"],
+            "outcome": outcome,
+            "rl_step": self.state.rl_step,
+            "policy_version": group[0]["policy_version"],
+            "event_ids": [r["event_id"] for r in group],
+        })  # fmt: skip
 
     def evaluate(self) -> dict:
         return evaluate_with(self.state.model, self.state.tok, self.eval_set, self.cfg)
@@ -308,6 +348,7 @@ class StreamTrainer:
         self.counters["zero_variance_groups"] += 1
         self.counters["filtered_groups"] += 1
         self.counters["filtered_this_batch"] += 1
+        self.record(group, "filtered")
         prom.TRAINER_GROUPS.inc()
         prom.TRAINER_ZERO_VARIANCE_GROUPS.inc()
 
@@ -334,6 +375,8 @@ class StreamTrainer:
         c["filtered_this_batch"] = 0
         c["zero_variance_groups"] += m["zero_variance_groups"]
         trained = set(m.pop("trained_group_ids"))
+        for group in groups:
+            self.record(group, "trained" if group[0]["request_id"] in trained else "stale")
         for row in rows:
             if row["request_id"] in trained:
                 c["duplicates_trained"] += row in self.trained
@@ -411,7 +454,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                 result = await trainer.emit_eval(producer, "rl")
                 log.info("rl step %d greedy %.3f", st.rl_step, result["greedy"])
             if st.rl_step % cfg.checkpoint.every == 0 or st.rl_step == cfg.rl.steps:
-                await asyncio.to_thread(trainer.checkpoint)
+                await asyncio.to_thread(trainer.checkpoint, st.rl_step == cfg.rl.steps)
                 await c.commit()  # offsets only after the checkpoint that covers them
     finally:
         counters["wall_rl_s"] += time.monotonic() - started

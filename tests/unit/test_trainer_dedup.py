@@ -4,6 +4,8 @@ window is dropped as stale, never trained. No servers: rows are handed to `take`
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlstream.config import load_config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.streams.trainer import StreamTrainer, VersionWindow
@@ -64,3 +66,25 @@ def test_redelivered_rows_are_skipped_in_the_window_and_stale_after_it():
     assert c["duplicates_trained"] == 0
     state = t.state_dict()["stream"]
     assert sum(len(ids) for ids in state["seen"].values()) == len(t.seen)
+
+
+def test_the_ledger_records_each_consumed_group_once_with_its_outcome():
+    t = trainer()
+    t.take(group("a", t.state.version))
+    t.update(t.ready)
+    t.ready = []
+    t.take(group("flat", t.state.version, rewards=(1.0, 1.0)))  # zero variance: trained too
+    t.take(group("old", t.state.version - LAG - 1))  # beyond the lag bound: stale
+    t.update(t.ready)
+    t.ready = []
+    t.take(group("late", t.state.version)[:1])  # half a group when the run ends
+    t.cfg = replace(t.cfg, rl=replace(t.cfg.rl, filter_zero_variance=True))
+    t.take(group("filtered", t.state.version, rewards=(0.0, 0.0)))
+    outcomes = {e["request_id"]: (e["outcome"], e["rl_step"]) for e in t.ledger}
+    assert outcomes == {
+        "a": ("trained", 1), "flat": ("trained", 2), "old": ("stale", 2),
+        "filtered": ("filtered", 2),
+    }  # fmt: skip
+    assert [e["event_ids"] for e in t.ledger if e["request_id"] == "a"] == [["a-0", "a-1"]]
+    t.record_untrained()
+    assert t.ledger[-1]["request_id"] == "late" and t.ledger[-1]["outcome"] == "untrained_at_end"

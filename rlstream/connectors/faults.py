@@ -1,0 +1,22 @@
+"""Failpoints: faults that `rlstream chaos` switches on from outside a process, for a
+dependency it cannot break from outside. Qdrant's local mode runs inside the scheduler process,
+so "the vector store is unavailable" is a file, `$RLSTREAM_FAULTS_DIR/qdrant`, that makes every
+vector-store call raise as a lost connection to a Qdrant server would. Without the variable
+(every run but a chaos run) nothing is checked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FAULTS_DIR = "RLSTREAM_FAULTS_DIR"
+
+
+class InjectedFault(ConnectionError):
+    """A dependency made unavailable by a chaos run."""
+
+
+def check(name: str) -> None:
+    directory = os.environ.get(FAULTS_DIR)
+    if directory and (Path(directory) / name).exists():
+        raise InjectedFault(f"{name} unavailable (fault injected by rlstream chaos)")

@@ -1,0 +1,612 @@
+"""`rlstream chaos`: the real loop under scheduled faults, then an audit of it by event id.
+
+It starts its own embedded stack (so it can take the S3 server away), runs `rlstream run`
+against it as a user would, and once RL is under way injects faults from a seeded schedule,
+one at a time, each after the loop recovered from the one before:
+
+  kill:trainer, kill:scheduler, kill:processors, kill:rollouts-N
+      SIGKILL; the supervisor restarts the process, which resumes from its checkpoint or its
+      committed offsets.
+  kill:trainer@checkpoint
+      SIGKILL the moment the trainer logs that it is writing a checkpoint (the kill lands
+      while the checkpoint is written; `mid_write` says whether it was still missing).
+  stop:rollouts-N
+      SIGSTOP for the session timeout + 4 s, then SIGCONT: a frozen member, evicted by a
+      rebalance, that comes back.
+  s3-down
+      the S3 server stopped for `s3_down_s`, then restarted on its ports with its data.
+  qdrant-down
+      the vector store unavailable for `qdrant_down_s` (a failpoint, `connectors/faults.py`:
+      local-mode Qdrant lives inside the scheduler process).
+
+Recovery time is from the fault (the kill; the start of an outage or a freeze) to the next
+trained step after the faulted process works again: its own work counter on its metrics
+endpoint moved (a restarted trainer's steps, scheduler's requests, processors' experience
+messages, rollout worker's completions) and then the trainer trained a step. Steps are read
+from `live.json` (about 1 s resolution).
+
+After the run the rollout workers and processors run on until every request issued has its
+group on rl.experience.v2 (the drain), and the audit checks, by event id, from the topics,
+the trainer's ledger and the archive:
+- nothing lost: every rollout request became one group of G rows that the trainer trained,
+  dropped as stale or filtered, or that was still unconsumed (past the trainer's committed
+  offsets) or untrained when the run ended;
+- no experience row trained twice (an event id trained in two ledger entries);
+- the archive holds exactly the published experience, once;
+- the run completed all its steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from rlstream.config import Config
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.faults import FAULTS_DIR
+from rlstream.schemas import get
+
+PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
+                  "kill:processors", "kill:rollouts", "stop:rollouts")  # fmt: skip
+STORE_FAULTS = ("s3-down", "qdrant-down")
+FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS
+UNTRAINED = ("stale", "filtered", "untrained_at_end")
+
+
+class ChaosError(RuntimeError):
+    """The chaos run could not go on (the loop died, a fault could not be injected)."""
+
+
+@dataclass
+class ChaosArgs:
+    faults: int = 12
+    seed: int = 0
+    kinds: tuple[str, ...] = FAULT_KINDS
+    s3_down_s: float = 30.0
+    qdrant_down_s: float = 30.0
+    warmup_steps: int = 2  # RL steps before the first fault
+    tail_steps: int = 3  # steps left fault-free at the end
+    recovery_timeout_s: float = 300.0
+    drain_timeout_s: float = 180.0
+    run_timeout_s: float = 5400.0
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    step: int = 0  # rl_step when injected
+    injected: float = 0.0  # epoch seconds
+    lifted: float = 0.0
+    recovered: float | None = None
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def recovery_s(self) -> float | None:
+        return None if self.recovered is None else round(self.recovered - self.injected, 2)
+
+    @property
+    def after_lifted_s(self) -> float | None:
+        return None if self.recovered is None else round(self.recovered - self.lifted, 2)
+
+
+def schedule(args: ChaosArgs, workers: int) -> list[Fault]:
+    """`args.faults` faults cycling through the kinds in a seeded order, each kind as evenly
+    as the count allows; rollout workers are picked in turn."""
+    rng = random.Random(args.seed)
+    kinds = list(args.kinds)
+    out: list[Fault] = []
+    while len(out) < args.faults:
+        rng.shuffle(kinds)
+        out += [Fault(k, "") for k in kinds]
+    out = out[: args.faults]
+    worker = rng.randrange(workers)
+    for f in out:
+        if f.kind.endswith("rollouts"):
+            worker = worker % workers + 1
+            f.target = f"rollouts-{worker}"
+        elif f.kind.startswith(("kill:", "stop:")):
+            f.target = f.kind.split(":", 1)[1].split("@")[0]
+        else:
+            f.target = f.kind.split("-")[0]
+    return out
+
+
+class Live:
+    """The run's live.json (rewritten about once a second by `rlstream run`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> dict:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def step(self) -> int:
+        return int(self.read().get("rl_step") or 0)
+
+    def phase(self) -> str:
+        return self.read().get("phase") or ""
+
+    def running(self, name: str) -> bool:
+        return bool(self.read().get("processes", {}).get(name, {}).get("alive"))
+
+
+MODULES = {"trainer": "rlstream.streams.trainer", "scheduler": "rlstream.streams.scheduler",
+           "processors": "rlstream.streams.worker"}  # fmt: skip
+
+
+def pid_of(run_id: str, name: str) -> int:
+    """The pid of the run's process `name` (trainer, scheduler, processors, rollouts-N)."""
+    import psutil
+
+    module = MODULES.get(name, "rlstream.streams.rollout_worker")
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        ours = any(a == run_id or a.endswith(f"{run_id}/config.json") for a in cmd)
+        if ours and module in cmd:
+            if name.startswith("rollouts-") and f"w{name.split('-')[1]}" not in cmd:
+                continue
+            if p.status() != psutil.STATUS_ZOMBIE:
+                return p.pid
+    raise ChaosError(f"no running {name} process of run {run_id}")
+
+
+WORK = {
+    "trainer": ("rlstream_trainer_steps_total", {"phase": "rl"}),
+    "scheduler": ("rlstream_scheduler_requests_total", {}),
+    "processors": ("rlstream_producer_messages_total", {"topic": get("experience").topic}),
+    "rollouts": ("rlstream_rollout_worker_completions_total", {}),
+}
+
+
+def work_done(run_dir: Path, name: str) -> float | None:
+    """The process's work counter from its metrics endpoint (None while it serves none)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        url = json.loads((run_dir / "metrics.json").read_text())[name]
+        with urllib.request.urlopen(url, timeout=1) as response:
+            text = response.read().decode()
+    except (OSError, ValueError, KeyError):
+        return None
+    metric, labels = WORK[name.split("-")[0]]
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == metric and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
+class Injector:
+    """Injects one fault and lifts it; owns the stack it can take servers out of."""
+
+    def __init__(self, stack, run_dir: Path, cfg: Config, args: ChaosArgs, say):
+        self.stack, self.run_dir, self.cfg, self.args, self.say = stack, run_dir, cfg, args, say
+        self.faults_dir = run_dir / "faults"
+        self.faults_dir.mkdir(parents=True, exist_ok=True)
+
+    def inject(self, fault: Fault) -> None:
+        run_id = self.cfg.run_id
+        if fault.kind == "kill:trainer@checkpoint":
+            fault.detail = self._kill_during_checkpoint()
+        elif fault.kind.startswith("kill:"):
+            fault.injected = time.time()
+            os.kill(pid_of(run_id, fault.target), signal.SIGKILL)
+        elif fault.kind.startswith("stop:"):
+            pid = pid_of(run_id, fault.target)
+            frozen = self.cfg.loop.session_timeout_ms / 1000 + 4
+            fault.injected = time.time()
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(frozen)
+            os.kill(pid, signal.SIGCONT)
+            fault.detail = {"frozen_s": frozen}
+        elif fault.kind == "s3-down":
+            fault.injected = time.time()
+            self.stack.stop_server("seaweedfs")
+            time.sleep(self.args.s3_down_s)
+            self.stack.start_server("seaweedfs")
+            fault.detail = {"down_s": self.args.s3_down_s}
+        elif fault.kind == "qdrant-down":
+            flag = self.faults_dir / "qdrant"
+            fault.injected = time.time()
+            flag.touch()
+            time.sleep(self.args.qdrant_down_s)
+            flag.unlink()
+            fault.detail = {"down_s": self.args.qdrant_down_s}
+        else:
+            raise ChaosError(f"unknown fault kind {fault.kind!r}")
+        fault.injected = fault.injected or time.time()
+        fault.lifted = time.time()
+
+    def _kill_during_checkpoint(self) -> dict:
+        """Follow the trainer's log; SIGKILL it as soon as it says a checkpoint is being
+        written, and report whether that checkpoint was still incomplete."""
+        from rlstream.connectors.objectstore import ObjectStore, checkpoint_prefix
+        from rlstream.trainers.checkpoint import checkpoint_name
+
+        logfile = self.run_dir / "logs" / "trainer.log"
+        pid = pid_of(self.cfg.run_id, "trainer")
+        offset = logfile.stat().st_size
+        deadline = time.monotonic() + self.args.recovery_timeout_s
+        while time.monotonic() < deadline:
+            with open(logfile, "rb") as f:
+                f.seek(offset)
+                new = f.read()
+            at = new.find(b"checkpoint at step ")
+            if at >= 0:
+                os.kill(pid, signal.SIGKILL)
+                killed = time.time()
+                step = int(new[at + 19 :].split()[0])
+                store = ObjectStore(Endpoints.from_env(self._env()))
+                name = checkpoint_prefix(self.cfg.run_id) + checkpoint_name(step)
+                return {"checkpoint_step": step, "mid_write": not store.exists(name), "_at": killed}
+            offset += max(0, new.rfind(b"\n") + 1)
+            time.sleep(0.005)
+        raise ChaosError("the trainer wrote no checkpoint while waiting to kill it")
+
+    def _env(self) -> dict[str, str]:
+        return self.stack.endpoints.as_env()
+
+
+PROGRESS_EVERY_S = 10.0
+
+
+def wait_for(predicate, timeout_s: float, what: str, live: Live | None = None, say=None) -> None:
+    """Poll predicate every 0.2 s; a plain progress line every PROGRESS_EVERY_S meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    said = time.monotonic()
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise ChaosError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        if say and time.monotonic() - said > PROGRESS_EVERY_S:
+            said = time.monotonic()
+            state = live.read() if live else {}
+            say(f"chaos: {time.strftime('%H:%M:%S')} waiting for {what}: phase "
+                f"{state.get('phase')}, rl step {state.get('rl_step')}")  # fmt: skip
+        time.sleep(0.2)
+
+
+def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
+    """Run the loop under faults, drain it, audit it; return the figures."""
+    from rlstream.ops.stack import EmbeddedStack
+
+    bad = [k for k in args.kinds if k not in FAULT_KINDS]
+    if bad:
+        raise ChaosError(f"unknown fault kind {bad[0]!r}; kinds: {', '.join(FAULT_KINDS)}")
+    run_dir = (out_root / cfg.run_id).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    faults = schedule(args, cfg.loop.rollout_workers)
+    # every injected kill is a crash to the supervisor: allow them all, however close together
+    cfg = replace(cfg, loop=replace(cfg.loop, max_restarts=max(cfg.loop.max_restarts, len(faults))))
+    home = run_dir / "home"  # no other stack's endpoints.json may be read by the run
+    home.mkdir(exist_ok=True)
+    with EmbeddedStack(run_dir / "stack") as stack:
+        env = os.environ | stack.endpoints.as_env()
+        env |= {"RLSTREAM_HOME": str(home), FAULTS_DIR: str(run_dir / "faults")}
+        cfg_file = run_dir.parent / f"{cfg.run_id}.chaos-config.json"
+        cfg.write(cfg_file)
+        cmd = [sys.executable, "-m", "rlstream.cli", "run", "--config", str(cfg_file),
+               "--run-id", cfg.run_id, "--out", str(out_root),
+               "--summary", str(run_dir / "run-summary.json")]  # fmt: skip
+        say(f"chaos: run {cfg.run_id}, {len(faults)} faults of "
+            f"{len({f.kind for f in faults})} kinds, seed {args.seed}")  # fmt: skip
+        log = open(run_dir / "chaos-run.log", "w")  # noqa: SIM115  (closed below)
+        run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)  # fmt: skip
+        started = time.time()
+        try:
+            live = Live(run_dir / "live.json")
+            injector = Injector(stack, run_dir, cfg, args, say)
+            _inject_all(run, live, injector, faults, cfg, args, say)
+            code = run.wait(args.run_timeout_s)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+            log.close()
+        summary_file = run_dir / "run-summary.json"
+        if code != 0 or not summary_file.exists():
+            raise ChaosError(f"`rlstream run` exited with {code}: see {run_dir / 'chaos-run.log'}")
+        figures = json.loads(summary_file.read_text())
+        say("chaos: run finished; draining what was in flight")
+        drained = drain(stack.endpoints, cfg, run_dir, env, args.drain_timeout_s)
+        audit = asyncio.run(audit_run(stack.endpoints, cfg))
+    recoveries = [f.recovery_s for f in faults if f.recovery_s is not None]
+    result = {
+        "run_id": cfg.run_id,
+        "seed": args.seed,
+        "faults": sum(1 for f in faults if f.injected),
+        "faults_planned": len(faults),
+        "fault_kinds": sorted({f.kind for f in faults if f.injected}),
+        "unrecovered_faults": sum(1 for f in faults if f.injected and f.recovered is None),
+        "recovery_p50_s": _pct(recoveries, 50),
+        "recovery_p99_s": _pct(recoveries, 99),
+        "recovery_max_s": max(recoveries) if recoveries else None,
+        **audit,
+        "drain_s": drained,
+        "completed": bool(figures.get("completed")) and figures.get("rl_steps") == cfg.rl.steps,
+        "rl_steps": figures.get("rl_steps"),
+        "final_accuracy": figures.get("final_accuracy"),
+        "restarts": figures.get("restarts", {}),
+        "wall_s": round(time.time() - started, 1),
+        "fault_log": [
+            {
+                "kind": f.kind,
+                "target": f.target,
+                "step": f.step,
+                "at_s": round(f.injected - started, 1) if f.injected else None,
+                "recovery_s": f.recovery_s,
+                "after_lifted_s": f.after_lifted_s,
+                **{k: v for k, v in f.detail.items() if not k.startswith("_")},
+            }
+            for f in faults
+        ],  # fmt: skip
+    }
+    result["survived"] = survived(result)
+    (run_dir / "chaos.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def survived(r: dict) -> bool:
+    """The run's verdict: every fault recovered, nothing lost or trained twice, the archive
+    equal to what was published, and the run complete."""
+    return bool(
+        r["completed"] and r["unrecovered_faults"] == 0 and r["experience_lost"] == 0
+        and r["trained_twice"] == 0 and r["archive_matches_published"]
+    )  # fmt: skip
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 2) if values else None
+
+
+def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, say) -> None:
+    """Inject each fault once RL is `warmup_steps` in, spread over the run's steps, each only
+    after the previous one recovered; stop early if the run is nearly done."""
+    wait_for(lambda: run.poll() is not None or (live.phase() == "rl" and live.step()
+             >= args.warmup_steps), args.run_timeout_s, "the RL phase", live, say)  # fmt: skip
+    if run.poll() is not None:
+        return
+    first, last = live.step(), cfg.rl.steps - args.tail_steps
+    spacing = max(1.0, (last - first) / max(1, len(faults)))
+    for i, fault in enumerate(faults):
+        due = first + int(i * spacing)
+        wait_for(lambda d=due: run.poll() is not None or live.step() >= d,
+                 args.run_timeout_s, f"step {due}", live, say)  # fmt: skip
+        if run.poll() is not None or live.step() >= last:
+            say(f"chaos: the run reached step {live.step()} of {cfg.rl.steps}; "
+                f"{len(faults) - i} faults not injected")  # fmt: skip
+            return
+        _one_fault(run, live, injector, fault, args, say)
+        say(f"chaos: fault {i + 1}/{len(faults)} {fault.kind} ({fault.target}) at step "
+            f"{fault.step}: recovered in {fault.recovery_s} s")  # fmt: skip
+
+
+def _one_fault(run, live: Live, injector: Injector, fault: Fault, args, say) -> None:
+    """Inject `fault`, then wait until the faulted process works again and a step is trained."""
+    fault.step = live.step()
+    store_fault = fault.target in ("s3", "qdrant")
+    if not store_fault:
+        wait_for(lambda: live.running(fault.target), args.recovery_timeout_s,
+                 f"{fault.target} to be running", live, say)  # fmt: skip
+    before = None if store_fault else work_done(injector.run_dir, fault.target)
+    injector.inject(fault)
+    fault.injected = fault.detail.pop("_at", fault.injected)
+    # a killed process restarts with its counters at 0; a frozen one keeps them
+    baseline = 0.0 if fault.kind.startswith("kill:") else before or 0.0
+    works_at: list[int] = []  # the step at which the process was seen working again
+
+    def recovered() -> bool:
+        if run.poll() is not None:
+            return True
+        if not works_at:
+            done = None if store_fault else work_done(injector.run_dir, fault.target)
+            if store_fault or (done is not None and done > baseline):
+                works_at.append(live.step())
+            return False
+        return live.step() > works_at[0]
+
+    wait_for(recovered, args.recovery_timeout_s, f"recovery from {fault.kind}", live, say)
+    if works_at and live.step() > works_at[0]:
+        fault.recovered = time.time()
+
+
+def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s: float) -> float:
+    """Run the processors and rollout workers again until every request issued has its group
+    on rl.experience.v2 (what was in flight when the trainer stopped); seconds it took."""
+    from rlstream.ops.loop import Supervisor, child_env
+
+    started = time.monotonic()
+    sup = Supervisor(run_dir / "config.json", env | child_env(endpoints, cfg, run_dir),
+                     run_dir / "logs" / "drain", cfg.loop.rollout_workers)  # fmt: skip
+    sup.children = [c for c in sup.children if c.name not in ("trainer", "scheduler")]
+    sup.start()
+    try:
+        while time.monotonic() - started < timeout_s:
+            issued, groups = asyncio.run(_requests_and_groups(endpoints, cfg.run_id))
+            if issued <= groups.keys():
+                break
+            sup.poll()
+            time.sleep(2)
+    finally:
+        sup.stop()
+    return round(time.monotonic() - started, 1)
+
+
+async def _requests_and_groups(endpoints: Endpoints, run_id: str):
+    from rlstream.connectors.reading import read_run_rows
+
+    requests = await read_run_rows(endpoints, get("rollout_requests").topic, run_id)
+    experience = await read_run_rows(endpoints, get("experience").topic, run_id)
+    groups: dict[str, set[str]] = defaultdict(set)
+    for r in experience:
+        groups[r["request_id"]].add(r["event_id"])
+    return {r["request_id"] for r in requests}, groups
+
+
+async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
+    """Account for every rollout request of the run by event id (see the module's doc)."""
+    from aiokafka import TopicPartition
+
+    from rlstream.connectors.objectstore import ObjectStore
+    from rlstream.connectors.reading import ReadRange, read_topic
+    from rlstream.ops.topics import committed_offsets
+    from rlstream.schemas import DecodeError, decode
+    from rlstream.streams.trainer import ledger_prefix
+
+    run_id, g = cfg.run_id, cfg.rl.group_size
+    requests = {
+        r["request_id"] for r in await _rows(endpoints, get("rollout_requests").topic, run_id)
+    }
+    groups: dict[str, set[str]] = defaultdict(set)
+    first_offset: dict[str, tuple[int, int]] = {}  # request -> (partition, offset) of its group
+    published: list[str] = []
+    topic = get("experience").topic
+    async for record in read_topic(endpoints, topic, ReadRange()):
+        try:
+            rows = decode(record.value, record.headers).to_pylist()
+        except DecodeError:
+            continue  # dead-lettered by the consumers; not experience of this run
+        for r in rows:
+            if r["run_id"] != run_id:
+                continue
+            published.append(r["event_id"])
+            groups[r["request_id"]].add(r["event_id"])
+            first_offset.setdefault(r["request_id"], (record.partition, record.offset))
+    parts = {tp.partition for tp in [TopicPartition(topic, p) for p, _ in first_offset.values()]}
+    committed = await committed_offsets(
+        endpoints, cfg.group("trainer"), [TopicPartition(topic, p) for p in sorted(parts)]
+    )
+    committed_at = {tp.partition: off for tp, off in committed.items()}
+    store = ObjectStore(endpoints)
+    ledger = store.read_parquet_prefix(ledger_prefix(run_id))
+    entries = ledger.to_pylist() if ledger.num_rows else []
+    outcomes: dict[str, set[str]] = defaultdict(set)
+    trained = Counter()
+    for e in entries:
+        outcomes[e["request_id"]].add(e["outcome"])
+        if e["outcome"] == "trained":
+            trained.update(e["event_ids"])
+    accounted = Counter()
+    lost: list[str] = []
+    for rid in sorted(requests):
+        if "trained" in outcomes.get(rid, ()):
+            accounted["trained"] += 1
+        elif outcomes.get(rid):
+            accounted[sorted(outcomes[rid] & set(UNTRAINED))[0]] += 1
+        elif rid in first_offset and first_offset[rid][1] >= committed_at.get(
+            first_offset[rid][0], 0
+        ):
+            accounted["unconsumed_at_end"] += 1
+        else:
+            lost.append(rid)
+    archive = store.read_parquet_prefix(f"{run_id}/experience/")
+    archived = archive.column("event_id").to_pylist() if archive.num_rows else []
+    return {
+        "requests": len(requests),
+        "groups_by_outcome": dict(sorted(accounted.items())),
+        "experience_lost": len(lost),
+        "lost_requests": lost[:20],
+        "incomplete_groups": sum(1 for rid in requests if rid in groups and len(groups[rid]) != g),
+        "trained_twice": sum(n - 1 for n in trained.values() if n > 1),
+        "experience_published": len(set(published)),
+        "experience_redelivered": len(published) - len(set(published)),
+        "archive_matches_published": set(archived) == set(published)
+        and len(archived) == len(set(archived)),
+    }
+
+
+async def _rows(endpoints: Endpoints, topic: str, run_id: str) -> list[dict]:
+    from rlstream.connectors.reading import read_run_rows
+
+    return await read_run_rows(endpoints, topic, run_id)
+
+
+def table(result: dict) -> str:
+    """The fault log and the verdict as Markdown tables."""
+    lines = ["| # | fault | target | step | at (s) | recovery (s) | after lifted (s) | note |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for i, f in enumerate(result["fault_log"], 1):
+        shown = ("kind", "target", "step", "at_s", "recovery_s", "after_lifted_s")
+        note = ", ".join(f"{k} {v}" for k, v in f.items() if k not in shown)
+        lines.append(f"| {i} | {f['kind']} | {f['target']} | {f['step']} | {f['at_s']} | "
+                     f"{f['recovery_s']} | {f['after_lifted_s']} | {note} |")  # fmt: skip
+    keys = ("faults", "fault_kinds", "unrecovered_faults", "recovery_p50_s", "recovery_p99_s",
+            "requests", "groups_by_outcome", "experience_lost", "trained_twice",
+            "incomplete_groups", "archive_matches_published", "completed", "restarts",
+            "final_accuracy", "drain_s", "wall_s", "survived")  # fmt: skip
+    lines += ["", "| figure | value |", "|---|---|"]
+    lines += [f"| {k} | {result.get(k)} |" for k in keys]
+    return "\n".join(lines)
+
+
+def combine(results: list[dict]) -> dict:
+    """The figures of one or several chaos runs: counts summed, kinds joined, recovery
+    percentiles over every fault of every run, each run kept under `runs`."""
+    recoveries = [f["recovery_s"] for r in results for f in r["fault_log"]
+                  if f["recovery_s"] is not None]  # fmt: skip
+    return {
+        "faults": sum(r["faults"] for r in results),
+        "fault_kinds": sorted({k for r in results for k in r["fault_kinds"]}),
+        "unrecovered_faults": sum(r["unrecovered_faults"] for r in results),
+        "experience_lost": sum(r["experience_lost"] for r in results),
+        "trained_twice": sum(r["trained_twice"] for r in results),
+        "archive_matches_published": all(r["archive_matches_published"] for r in results),
+        "completed": all(r["completed"] for r in results),
+        "recovery_p50_s": _pct(recoveries, 50),
+        "recovery_p99_s": _pct(recoveries, 99),
+        "survived": all(r["survived"] for r in results),
+        "runs": results,
+    }
+
+
+def mtbf(results: list[dict], fault_rate_per_h: float) -> dict:
+    """An MTBF bound from chaos runs. With k of n injected faults not survived (a run that
+    failed its audit counts its unrecovered faults, at least one), the chance that a fault is
+    not survived is at most p, the exact one-sided 95% (Clopper-Pearson) upper bound: about
+    3/n when k = 0 (the rule of three). At `fault_rate_per_h` process faults an hour in
+    production, failures come at most p x rate an hour, so MTBF >= 1 / (p x rate)."""
+    n = sum(r["faults"] for r in results)
+    k = sum(0 if r["survived"] else max(1, r["unrecovered_faults"]) for r in results)
+    if n == 0:
+        return {"faults_total": 0}
+    p = binomial_upper_bound(k, n)
+    return {
+        "faults_total": n,
+        "faults_not_survived": k,
+        "p_not_survived_95": round(p, 4),
+        "assumed_faults_per_h": fault_rate_per_h,
+        "mtbf_lower_bound_h": round(1 / (p * fault_rate_per_h), 1),
+    }
+
+
+def binomial_upper_bound(k: int, n: int, confidence: float = 0.95) -> float:
+    """The p at which seeing k or fewer in n has probability 1 - confidence (bisection)."""
+    from math import comb
+
+    def cdf(p: float) -> float:
+        return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+
+    if k >= n:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) > 1 - confidence else (lo, mid)
+    return hi
