@@ -299,7 +299,11 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     home.mkdir(exist_ok=True)
     with EmbeddedStack(run_dir / "stack") as stack:
         env = os.environ | stack.endpoints.as_env()
-        env |= {"RLSTREAM_HOME": str(home), FAULTS_DIR: str(run_dir / "faults")}
+        env |= {
+            "RLSTREAM_HOME": str(home),
+            FAULTS_DIR: str(run_dir / "faults"),
+            "RLSTREAM_LOGLEVEL": "INFO",
+        }  # faust's rebalances and recoveries, for forensics
         cfg_file = run_dir.parent / f"{cfg.run_id}.chaos-config.json"
         cfg.write(cfg_file)
         cmd = [sys.executable, "-m", "rlstream.cli", "run", "--config", str(cfg_file),
@@ -364,11 +368,12 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
 
 
 def survived(r: dict) -> bool:
-    """The run's verdict: every fault recovered, nothing lost or trained twice, the archive
-    equal to what was published, and the run complete."""
+    """The run's verdict: every fault recovered, nothing lost or trained twice, no request
+    issued twice, the archive equal to what was published, and the run complete."""
     return bool(
         r["completed"] and r["unrecovered_faults"] == 0 and r["experience_lost"] == 0
         and r["trained_twice"] == 0 and r["archive_matches_published"]
+        and not r.get("requests_reissued")
     )  # fmt: skip
 
 
@@ -471,9 +476,8 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
     from rlstream.streams.trainer import ledger_prefix
 
     run_id, g = cfg.run_id, cfg.rl.group_size
-    requests = {
-        r["request_id"] for r in await _rows(endpoints, get("rollout_requests").topic, run_id)
-    }
+    issued = await _rows(endpoints, get("rollout_requests").topic, run_id)
+    requests = {r["request_id"] for r in issued}
     groups: dict[str, set[str]] = defaultdict(set)
     first_offset: dict[str, tuple[int, int]] = {}  # request -> (partition, offset) of its group
     published: list[str] = []
@@ -518,11 +522,13 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
             lost.append(rid)
     archive = store.read_parquet_prefix(f"{run_id}/experience/")
     archived = archive.column("event_id").to_pylist() if archive.num_rows else []
+    traces = await trace_requests(endpoints, run_id, lost[:20]) if lost else {}
     return {
         "requests": len(requests),
+        "requests_reissued": len(issued) - len(requests),
         "groups_by_outcome": dict(sorted(accounted.items())),
         "experience_lost": len(lost),
-        "lost_requests": lost[:20],
+        "lost_requests": traces,
         "incomplete_groups": sum(1 for rid in requests if rid in groups and len(groups[rid]) != g),
         "trained_twice": sum(n - 1 for n in trained.values() if n > 1),
         "experience_published": len(set(published)),
@@ -530,6 +536,26 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
         "archive_matches_published": set(archived) == set(published)
         and len(archived) == len(set(archived)),
     }
+
+
+async def trace_requests(endpoints: Endpoints, run_id: str, ids: list[str]) -> dict:
+    """Where each request's messages are: topic -> [partition, offset, produced time] of the
+    first message holding it (what a lost request reached before it was lost)."""
+    from rlstream.connectors.reading import ReadRange, read_topic
+    from rlstream.schemas import DecodeError, decode
+
+    wanted, found = set(ids), {rid: {} for rid in ids}
+    for name in ("rollout_requests", "rollouts", "rewards", "experience"):
+        async for record in read_topic(endpoints, get(name).topic, ReadRange()):
+            try:
+                rows = decode(record.value, record.headers).to_pylist()
+            except DecodeError:
+                continue
+            for r in rows:
+                if r["run_id"] == run_id and r["request_id"] in wanted:
+                    at = [record.partition, record.offset, str(r["produced_at"])]
+                    found[r["request_id"]].setdefault(name, at)
+    return found
 
 
 async def _rows(endpoints: Endpoints, topic: str, run_id: str) -> list[dict]:
@@ -548,9 +574,9 @@ def table(result: dict) -> str:
         lines.append(f"| {i} | {f['kind']} | {f['target']} | {f['step']} | {f['at_s']} | "
                      f"{f['recovery_s']} | {f['after_lifted_s']} | {note} |")  # fmt: skip
     keys = ("faults", "fault_kinds", "unrecovered_faults", "recovery_p50_s", "recovery_p99_s",
-            "requests", "groups_by_outcome", "experience_lost", "trained_twice",
-            "incomplete_groups", "archive_matches_published", "completed", "restarts",
-            "final_accuracy", "drain_s", "wall_s", "survived")  # fmt: skip
+            "requests", "requests_reissued", "groups_by_outcome", "experience_lost",
+            "trained_twice", "incomplete_groups", "archive_matches_published", "completed",
+            "restarts", "final_accuracy", "drain_s", "wall_s", "survived")  # fmt: skip
     lines += ["", "| figure | value |", "|---|---|"]
     lines += [f"| {k} | {result.get(k)} |" for k in keys]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import faust
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reward-fn", help="module:function reward function (TRL's shape)")
     parser.add_argument("--verifier-timeout-s", type=float, default=10.0)
     parser.add_argument("--run-id", help="process only this run's rows (default: every run's)")
-    parser.add_argument("--loglevel", default="WARNING")
+    parser.add_argument("--loglevel", default=os.environ.get("RLSTREAM_LOGLEVEL", "WARNING"))
     args = parser.parse_args(argv)
     endpoints = Endpoints.from_env()
     store = None if args.no_archive else ObjectStore(endpoints)

@@ -119,12 +119,106 @@ def test_a_bad_config_is_a_422_naming_the_field(server):
     assert client.get("/runs/no-such-run").status_code == 404
 
 
-def test_a_submitted_run_is_followed_to_its_end_and_its_results_fetched(server, mlflow_url):
+def _browser(playwright):
+    chromium = shutil.which("chromium")
+    assert chromium, "the web view test needs Debian's chromium: scripts/test.sh installs it"
+    return playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+
+
+def test_the_web_view_shows_a_live_run_its_report_and_its_rollouts(server, submitted):
+    """Sign in through the form, watch a run's figures change in the DOM while it runs, then its
+    final figures equal the API's, its curves have points, its report shows; the runs page lists
+    it; the review page's filters select what the JSON API selects. Screenshots go to
+    $RLSTREAM_TEST_ARTIFACTS (default: test-artifacts/)."""
+    from playwright.sync_api import sync_playwright
+
+    client, _ = server
+    artifacts = Path(os.environ.get("RLSTREAM_TEST_ARTIFACTS", "test-artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    base = str(client.base_url).rstrip("/")
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{base}/ui/runs/api-it")
+        assert "/login" in page.url  # no cookie yet
+        page.fill("#token", "not-the-token")
+        page.click("#sign-in")
+        assert page.inner_text("#login-error") == "wrong token"
+        page.fill("#token", TOKEN)
+        page.click("#sign-in")
+        assert page.url == f"{base}/ui/runs/api-it"
+        seen, deadline = [], time.monotonic() + 300
+        while page.get_attribute("body", "data-ended") != "true":
+            assert time.monotonic() < deadline, f"the page never saw the run end: {seen[-3:]}"
+            seen.append((page.inner_text("#state"), page.inner_text("#phase"),
+                         page.inner_text("#rl-step")))  # fmt: skip
+            time.sleep(0.25)
+        live = [(phase, step) for state, phase, step in seen if state == "running"]
+        assert {"pretrain", "rl"} & {phase for phase, _ in live}, seen
+        steps = [int(step) for _, step in live if step]
+        assert len(set(steps)) >= 2 and steps == sorted(steps), seen  # it moved, forward
+        status = client.get("/runs/api-it").json()
+        assert page.inner_text("#state") == "finished" == status["state"]
+        assert page.inner_text("#rl-step") == str(status["rl_step"]) == "4"
+        assert page.inner_text("#accuracy") == f"{100 * status['accuracy']:.1f}%"
+        assert page.inner_text("#idle-share") == f"{status['idle_share']:.3f}"
+        for chart in ("accuracy", "reward", "rl-loss", "lag", "rate", "interactions", "cpu",
+                      "memory"):  # fmt: skip
+            assert int(page.get_attribute(f"#chart-{chart}", "data-points")) >= 2, chart
+            assert page.locator(f"#chart-{chart} canvas").count() == 1, chart
+        for chart in ("interactions", "cpu", "memory"):  # one series per task / process
+            series = page.locator(f"#chart-{chart} .u-legend .u-series").count() - 1
+            assert series >= (2 if chart == "interactions" else 5), (chart, series)
+        assert "rlstream run api-it" in page.inner_text("#report")
+        assert page.locator("#report img[src='/runs/api-it/curves.png']").count() == 1
+        page.screenshot(path=artifacts / "web-run.png", full_page=True)
+
+        page.goto(f"{base}/")
+        row = page.locator("#runs tr[data-run='api-it']")
+        assert row.locator("td.state").inner_text() == "finished"
+        page.goto(f"{base}/ui/runs/api-it/rollouts")
+        total = int(page.inner_text("#total"))
+        summary = client.get("/runs/api-it/summary").json()
+        assert total >= summary["experience_published"] > 0
+        task = page.locator("#filters select[name=task] option").nth(1).get_attribute("value")
+        page.select_option("#filters select[name=task]", task)
+        page.fill("#filters input[name=max_reward]", "0.5")
+        page.click("#filters button")
+        cells = page.locator("#rollouts tbody td.task").all_inner_texts()
+        rewards = [float(r) for r in page.locator("#rollouts tbody td.reward").all_inner_texts()]
+        assert cells and set(cells) == {task} and max(rewards) <= 0.5
+        matched = int(page.inner_text("#matched"))
+        assert matched == len(cells) or len(cells) == 100 < matched
+
+        def api(**params) -> dict:
+            return client.get("/runs/api-it/rollouts", params={"task": task, **params}).json()
+
+        assert api(max_reward=0.5)["matched"] == matched
+        low, high, every = api(max_reward=0.5), api(min_reward=0.51), api()
+        assert low["matched"] + high["matched"] == every["matched"] > 0  # rewards are 0 or 1
+        assert all(r["task"] == task and r["reward"] >= 0.51 for r in high["rows"])
+        page.screenshot(path=artifacts / "web-rollouts.png", full_page=True)
+        assert not errors, errors  # no script error on any page
+        browser.close()
+    assert client.get("/ui/runs/api-it/rollouts", params={"min_step": "x"}).status_code == 422
+
+
+@pytest.fixture(scope="module")
+def submitted(server, mlflow_url) -> str:
+    """One run submitted over HTTP and tracked in MLflow; the web view test watches it live,
+    the API tests read its results."""
     client, _ = server
     body = {"run_id": "api-it", **SMALL, "tracking": {"mlflow_uri": mlflow_url}}
     response = client.post("/runs", json=body)
     assert response.status_code == 201, response.text
     assert response.json()["state"] in ("submitted", "running")
+    return "api-it"
+
+
+def test_a_submitted_run_is_followed_to_its_end_and_its_results_fetched(server, submitted):
+    client, _ = server
     events = _events(client, "api-it")
     live = [data for kind, data in events if kind == "message"]
     assert live and events[-1][0] == "end" and events[-1][1]["state"] == "finished"
@@ -226,90 +320,3 @@ def test_the_runs_are_tracked_in_mlflow_with_a_model_version_per_policy_version(
     )
     _, resumed = _mlflow_run(mlflow_url, "api-stop")
     assert len(resumed) == 1 and resumed[0].info.status == "FINISHED"
-
-
-def _browser(playwright):
-    chromium = shutil.which("chromium")
-    assert chromium, "the web view test needs Debian's chromium: scripts/test.sh installs it"
-    return playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-
-
-def test_the_web_view_shows_a_live_run_its_report_and_its_rollouts(server, tmp_path_factory):
-    """Sign in through the form, watch a run's figures change in the DOM while it runs, then its
-    final figures equal the API's, its curves have points, its report shows; the runs page lists
-    it; the review page's filters select what the JSON API selects. Screenshots go to
-    $RLSTREAM_TEST_ARTIFACTS (default: test-artifacts/)."""
-    from playwright.sync_api import sync_playwright
-
-    client, _ = server
-    artifacts = Path(os.environ.get("RLSTREAM_TEST_ARTIFACTS", "test-artifacts"))
-    artifacts.mkdir(parents=True, exist_ok=True)
-    assert client.post("/runs", json={"run_id": "web-it", **SMALL}).status_code == 201
-    base = str(client.base_url).rstrip("/")
-    with sync_playwright() as playwright:
-        browser = _browser(playwright)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(f"{base}/ui/runs/web-it")
-        assert "/login" in page.url  # no cookie yet
-        page.fill("#token", "not-the-token")
-        page.click("#sign-in")
-        assert page.inner_text("#login-error") == "wrong token"
-        page.fill("#token", TOKEN)
-        page.click("#sign-in")
-        assert page.url == f"{base}/ui/runs/web-it"
-        seen, deadline = [], time.monotonic() + 300
-        while page.get_attribute("body", "data-ended") != "true":
-            assert time.monotonic() < deadline, f"the page never saw the run end: {seen[-3:]}"
-            seen.append((page.inner_text("#state"), page.inner_text("#phase"),
-                         page.inner_text("#rl-step")))  # fmt: skip
-            time.sleep(0.25)
-        live = [(phase, step) for state, phase, step in seen if state == "running"]
-        assert {"pretrain", "rl"} & {phase for phase, _ in live}, seen
-        steps = [int(step) for _, step in live if step]
-        assert len(set(steps)) >= 2 and steps == sorted(steps), seen  # it moved, forward
-        status = client.get("/runs/web-it").json()
-        assert page.inner_text("#state") == "finished" == status["state"]
-        assert page.inner_text("#rl-step") == str(status["rl_step"]) == "4"
-        assert page.inner_text("#accuracy") == f"{100 * status['accuracy']:.1f}%"
-        assert page.inner_text("#idle-share") == f"{status['idle_share']:.3f}"
-        for chart in ("accuracy", "reward", "rl-loss", "lag", "rate", "interactions", "cpu",
-                      "memory"):  # fmt: skip
-            assert int(page.get_attribute(f"#chart-{chart}", "data-points")) >= 2, chart
-            assert page.locator(f"#chart-{chart} canvas").count() == 1, chart
-        for chart in ("interactions", "cpu", "memory"):  # one series per task / process
-            series = page.locator(f"#chart-{chart} .u-legend .u-series").count() - 1
-            assert series >= (2 if chart == "interactions" else 5), (chart, series)
-        assert "rlstream run web-it" in page.inner_text("#report")
-        assert page.locator("#report img[src='/runs/web-it/curves.png']").count() == 1
-        page.screenshot(path=artifacts / "web-run.png", full_page=True)
-
-        page.goto(f"{base}/")
-        row = page.locator("#runs tr[data-run='web-it']")
-        assert row.locator("td.state").inner_text() == "finished"
-        page.goto(f"{base}/ui/runs/web-it/rollouts")
-        total = int(page.inner_text("#total"))
-        summary = client.get("/runs/web-it/summary").json()
-        assert total >= summary["experience_published"] > 0
-        task = page.locator("#filters select[name=task] option").nth(1).get_attribute("value")
-        page.select_option("#filters select[name=task]", task)
-        page.fill("#filters input[name=max_reward]", "0.5")
-        page.click("#filters button")
-        cells = page.locator("#rollouts tbody td.task").all_inner_texts()
-        rewards = [float(r) for r in page.locator("#rollouts tbody td.reward").all_inner_texts()]
-        assert cells and set(cells) == {task} and max(rewards) <= 0.5
-        matched = int(page.inner_text("#matched"))
-        assert matched == len(cells) or len(cells) == 100 < matched
-
-        def api(**params) -> dict:
-            return client.get("/runs/web-it/rollouts", params={"task": task, **params}).json()
-
-        assert api(max_reward=0.5)["matched"] == matched
-        low, high, every = api(max_reward=0.5), api(min_reward=0.51), api()
-        assert low["matched"] + high["matched"] == every["matched"] > 0  # rewards are 0 or 1
-        assert all(r["task"] == task and r["reward"] >= 0.51 for r in high["rows"])
-        page.screenshot(path=artifacts / "web-rollouts.png", full_page=True)
-        assert not errors, errors  # no script error on any page
-        browser.close()
-    assert client.get("/ui/runs/web-it/rollouts", params={"min_step": "x"}).status_code == 422

@@ -18,8 +18,8 @@ def test_rl_improves_held_out_greedy_and_pass1(tmp_path):
             "model.n_embd=96",
             "pretrain.max_steps=1000",
             "pretrain.val_interval=100",
-            "rl.steps=120",
-            "eval.interval=50",
+            "rl.steps=60",  # 47.7% -> 97.7% greedy, pass@1 48.8% -> 90.1% (120 steps: 99.6%)
+            "eval.interval=30",
             "selection.sampler=uniform",  # the thresholds below were set with uniform selection
         ],
     )

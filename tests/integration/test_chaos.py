@@ -1,0 +1,73 @@
+"""The chaos suite's short form: `rlstream chaos` runs the real loop on its own embedded stack
+and injects one fault of every kind — SIGKILL of the trainer (also mid-checkpoint), the
+scheduler, the processors and a rollout worker; SIGSTOP of a rollout worker past its session
+timeout; the S3 server stopped and restarted; Qdrant unavailable — then audits the run by event
+id. This replaced one run per killed process; the processors' kill is the regression test of
+the half-joined groups a restarted assembler lost (its changelog writes had not reached the
+broker when its offsets were committed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlstream.ops.chaos import FAULT_KINDS
+from tests.integration.conftest import cli
+from tests.integration.test_loop import SMALL
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def chaos_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("chaos")
+    summary = out / "summary.json"
+    result = cli(
+        "chaos", "--faults", str(len(FAULT_KINDS)), "--seed", "1", "--rl-steps", "32",
+        "--s3-down-s", "8", "--qdrant-down-s", "6", "--run-id", "chaos-it", "--out", str(out),
+        "--summary", str(summary), *SMALL, "--set", "checkpoint.every=2",
+        timeout=1500, check=False,
+    )  # fmt: skip
+    assert summary.exists(), result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(summary.read_text()), out / "chaos-it", result
+
+
+def test_every_kind_of_fault_is_injected_and_recovered_from(chaos_run):
+    figures, _, result = chaos_run
+    assert figures["faults"] == len(FAULT_KINDS) and figures["fault_kinds"] == sorted(FAULT_KINDS)
+    assert figures["unrecovered_faults"] == 0, result.stdout[-3000:]
+    (run,) = figures["runs"]
+    assert all(f["recovery_s"] > 0 for f in run["fault_log"])
+    assert figures["recovery_p99_s"] < 120
+    killed = {f["target"] for f in run["fault_log"] if f["kind"] == "kill:rollouts"}
+    assert run["restarts"] == {"trainer": 2, "scheduler": 1, "processors": 1} | {
+        name: 1 for name in killed
+    }
+    (ck,) = [f for f in run["fault_log"] if f["kind"] == "kill:trainer@checkpoint"]
+    assert isinstance(ck["mid_write"], bool) and ck["checkpoint_step"] > 0
+    assert "| kill:trainer@checkpoint | trainer |" in result.stdout  # the fault table
+
+
+def test_nothing_is_lost_trained_twice_or_archived_twice(chaos_run):
+    figures, _, result = chaos_run
+    (run,) = figures["runs"]
+    assert figures["experience_lost"] == 0, run["lost_requests"]
+    assert figures["trained_twice"] == 0 and run["requests_reissued"] == 0
+    assert run["incomplete_groups"] == 0 and figures["archive_matches_published"]
+    assert figures["completed"] and run["rl_steps"] == 32 and figures["survived"]
+    outcomes = run["groups_by_outcome"]
+    assert sum(outcomes.values()) == run["requests"] and outcomes["trained"] >= 32 * 8
+    assert result.returncode == 0
+
+
+def test_each_process_recovered_its_own_state(chaos_run):
+    _, run_dir, _ = chaos_run
+    logs = run_dir / "logs"
+    scheduler = (logs / "scheduler.log").read_text()
+    assert "continuing at round" in scheduler and "restored the sampler state of round" in scheduler
+    assert "vector store unavailable" in scheduler and "vector store available again" in scheduler
+    assert "Error in recovery" not in (logs / "processors.log").read_text()
+    trainer = (logs / "trainer.log").read_text()
+    assert trainer.count("resumed at step") >= 2
+    assert any("S3 unavailable" in p.read_text() for p in logs.glob("*.log"))
