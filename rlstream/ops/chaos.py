@@ -382,16 +382,19 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, say) -> None:
-    """Inject each fault once RL is `warmup_steps` in, spread over the run's steps, each only
-    after the previous one recovered; stop early if the run is nearly done."""
+    """Inject each fault once RL is `warmup_steps` in, each after the previous one recovered,
+    spread evenly over the steps that are left (recoveries take steps too); stop early if the
+    run is nearly done."""
     wait_for(lambda: run.poll() is not None or (live.phase() == "rl" and live.step()
              >= args.warmup_steps), args.run_timeout_s, "the RL phase", live, say)  # fmt: skip
     if run.poll() is not None:
         return
-    first, last = live.step(), cfg.rl.steps - args.tail_steps
-    spacing = max(1.0, (last - first) / max(1, len(faults)))
+    last = cfg.rl.steps - args.tail_steps
+    used: list[int] = []  # steps each recovery took (the loop trains on meanwhile)
     for i, fault in enumerate(faults):
-        due = first + int(i * spacing)
+        now, left = live.step(), len(faults) - i
+        spare = last - now - left * (sum(used) / len(used) if used else 0.0)
+        due = now + max(0, int(spare / left)) if i else now
         wait_for(lambda d=due: run.poll() is not None or live.step() >= d,
                  args.run_timeout_s, f"step {due}", live, say)  # fmt: skip
         if run.poll() is not None or live.step() >= last:
@@ -399,6 +402,7 @@ def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, 
                 f"{len(faults) - i} faults not injected")  # fmt: skip
             return
         _one_fault(run, live, injector, fault, args, say)
+        used.append(live.step() - fault.step)
         say(f"chaos: fault {i + 1}/{len(faults)} {fault.kind} ({fault.target}) at step "
             f"{fault.step}: recovered in {fault.recovery_s} s")  # fmt: skip
 
@@ -545,6 +549,14 @@ async def trace_requests(endpoints: Endpoints, run_id: str, ids: list[str]) -> d
     from rlstream.schemas import DecodeError, decode
 
     wanted, found = set(ids), {rid: {} for rid in ids}
+    changelog = f"{cfg_group(run_id, 'processors')}-pending_groups-changelog"
+    async for record in read_topic(endpoints, changelog, ReadRange()):
+        key = (record.key or b"").decode(errors="replace")
+        if key in wanted:  # the assembler's table writes for it (what a restart recovers)
+            value = json.loads(record.value) if record.value else None
+            state = "tombstone" if value is None else {k: len(v) if isinstance(v, list) else v
+                                                       for k, v in value.items()}  # fmt: skip
+            found[key].setdefault("changelog", []).append([record.partition, record.offset, state])
     for name in ("rollout_requests", "rollouts", "rewards", "experience"):
         async for record in read_topic(endpoints, get(name).topic, ReadRange()):
             try:
@@ -556,6 +568,10 @@ async def trace_requests(endpoints: Endpoints, run_id: str, ids: list[str]) -> d
                     at = [record.partition, record.offset, str(r["produced_at"])]
                     found[r["request_id"]].setdefault(name, at)
     return found
+
+
+def cfg_group(run_id: str, role: str) -> str:
+    return Config(run_id=run_id).group(role)
 
 
 async def _rows(endpoints: Endpoints, topic: str, run_id: str) -> list[dict]:

@@ -35,6 +35,29 @@ def data_root() -> Path:
     return path
 
 
+class ProcessedEvent(faust.Event):
+    """An event whose ack counts only once its agent processed it (`done`).
+
+    faust's stream drops a message fetched before a rebalance, or while flow control is
+    suspended during recovery, and acks it anyway: the next commit moves past a message no agent
+    saw, and it is lost (`rlstream chaos` found a restarted processors process losing rollouts
+    this way: neither scored nor joined, their offsets committed). Agents iterate
+    `stream.noack()` and call `done(stream, event)` (or set `processed` before `take_events`
+    acks a batch); the skip's ack is a no-op, so the message stays uncommitted and is fetched
+    again from the committed offset."""
+
+    processed = False
+
+    def ack(self) -> bool:
+        return super().ack() if self.processed else False
+
+
+async def done(stream, event: ProcessedEvent) -> None:
+    """Ack an event the agent has processed (its table writes and sends already settled)."""
+    event.processed = True
+    await stream.ack(event)
+
+
 def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
     """A faust app whose consumer group is `app_id`."""
     session_s = endpoints.session_timeout_ms / 1000
@@ -52,6 +75,7 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
         topic_replication_factor=1,
         topic_partitions=4,
         table_standby_replicas=0,
+        Event=ProcessedEvent,
         web_enabled=False,
         # faust's default is ./<app id>-data: keep the user's working directory clean
         datadir=str(data_root() / "{conf.name}-data"),

@@ -22,7 +22,7 @@ import faust
 from rlstream import metrics
 from rlstream.connectors.objectstore import ObjectStore, experience_object
 from rlstream.schemas import DecodeError, get, rows_to_batch
-from rlstream.streams.app import Glue, raw_topic
+from rlstream.streams.app import Glue, done, raw_topic
 from rlstream.trainers.experience import Scorer, assemble_experience, complete_groups
 
 ROLLOUTS, REWARDS, EXPERIENCE = get("rollouts"), get("rewards"), get("experience")
@@ -66,16 +66,19 @@ def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> N
 
     @app.agent(source, name="score_rollouts")
     async def score(stream):
+        stream = stream.noack()  # acked once scored (`done`), never when faust skips it
         async for event in stream.events():
             decoded = await glue.decode(event)
-            if decoded is None:
-                continue
-            metrics.PROCESSOR_EVENTS.labels("score_rollouts").inc()
-            rows, failures = await asyncio.to_thread(scorer.score, cfg.ours(decoded.to_pylist()))
-            for part, _, reason in failures:
-                await glue.reject(event, VerifierFailed(reason), part=part)
-            if rows:
-                await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
+            if decoded is not None:
+                metrics.PROCESSOR_EVENTS.labels("score_rollouts").inc()
+                rows, failures = await asyncio.to_thread(
+                    scorer.score, cfg.ours(decoded.to_pylist())
+                )
+                for part, _, reason in failures:
+                    await glue.reject(event, VerifierFailed(reason), part=part)
+                if rows:
+                    await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
+            await done(stream, event)
 
 
 DONE_RETENTION_S = 3600.0
@@ -111,9 +114,11 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
     @app.agent(source, name="assemble_experience")
     async def assemble(stream):
         nonlocal completed
+        stream = stream.noack()  # acked once joined and settled (`done`), never when skipped
         async for event in stream.events():
             decoded = await glue.decode(event)
             if decoded is None:
+                await done(stream, event)
                 continue
             metrics.PROCESSOR_EVENTS.labels("assemble_experience").inc()
             kind = decoded.event.name  # "rollouts" or "rewards"
@@ -141,6 +146,7 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
                 if completed % SWEEP_EVERY == 0:
                     _sweep(pending, partition, time.time() - DONE_RETENTION_S)
             await glue.settle()  # the table's writes are durable before this offset commits
+            await done(stream, event)
 
 
 def absorb(held: dict, kind: str, rows: list[dict]) -> int:

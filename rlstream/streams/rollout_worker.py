@@ -97,6 +97,8 @@ def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
             if requests:
                 await follower.ready.wait()
                 await generate(requests)
+            for event in events:  # handled: take_events acks them (a skipped one stays unacked)
+                event.processed = True
 
     async def generate(requests: list[dict]) -> None:
         policy = follower.policy  # one policy for the whole batch, even if a new one lands

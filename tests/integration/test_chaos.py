@@ -24,7 +24,7 @@ def chaos_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("chaos")
     summary = out / "summary.json"
     result = cli(
-        "chaos", "--faults", str(len(FAULT_KINDS)), "--seed", "1", "--rl-steps", "32",
+        "chaos", "--faults", str(len(FAULT_KINDS)), "--seed", "1", "--rl-steps", "56",
         "--s3-down-s", "8", "--qdrant-down-s", "6", "--run-id", "chaos-it", "--out", str(out),
         "--summary", str(summary), *SMALL, "--set", "checkpoint.every=2",
         timeout=1500, check=False,
@@ -55,9 +55,9 @@ def test_nothing_is_lost_trained_twice_or_archived_twice(chaos_run):
     assert figures["experience_lost"] == 0, run["lost_requests"]
     assert figures["trained_twice"] == 0 and run["requests_reissued"] == 0
     assert run["incomplete_groups"] == 0 and figures["archive_matches_published"]
-    assert figures["completed"] and run["rl_steps"] == 32 and figures["survived"]
+    assert figures["completed"] and run["rl_steps"] == 56 and figures["survived"]
     outcomes = run["groups_by_outcome"]
-    assert sum(outcomes.values()) == run["requests"] and outcomes["trained"] >= 32 * 8
+    assert sum(outcomes.values()) == run["requests"] and outcomes["trained"] >= 56 * 8
     assert result.returncode == 0
 
 
