@@ -338,7 +338,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
         "faults": sum(1 for f in faults if f.injected),
         "faults_planned": len(faults),
         "fault_kinds": sorted({f.kind for f in faults if f.injected}),
-        "unrecovered_faults": sum(1 for f in faults if f.injected and f.recovered is None),
+        "unrecovered_faults": sum(unrecovered(f) for f in faults),
         "recovery_p50_s": _pct(recoveries, 50),
         "recovery_p99_s": _pct(recoveries, 99),
         "recovery_max_s": max(recoveries) if recoveries else None,
@@ -365,6 +365,11 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     result["survived"] = survived(result)
     (run_dir / "chaos.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def unrecovered(f: Fault) -> bool:
+    """Injected, and the loop never trained again while the run went on."""
+    return bool(f.injected) and f.recovered is None and not f.detail.get("run_ended_first")
 
 
 def survived(r: dict) -> bool:
@@ -434,6 +439,8 @@ def _one_fault(run, live: Live, injector: Injector, fault: Fault, args, say) -> 
     wait_for(recovered, args.recovery_timeout_s, f"recovery from {fault.kind}", live, say)
     if works_at and live.step() > works_at[0]:
         fault.recovered = time.time()
+    elif run.poll() is not None:  # the run finished its steps during the fault (the audit
+        fault.detail["run_ended_first"] = True  # still checks it); no recovery time
 
 
 def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s: float) -> float:

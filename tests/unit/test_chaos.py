@@ -61,3 +61,12 @@ def test_mtbf_bound_is_the_rule_of_three_without_failures():
     assert mtbf([_run(faults=30)], fault_rate_per_h=0.1)["mtbf_lower_bound_h"] > 72
     failed = mtbf([_run(faults=30), _run(faults=30, experience_lost=2)], fault_rate_per_h=1.0)
     assert failed["faults_not_survived"] == 1 and failed["mtbf_lower_bound_h"] < 20.0
+
+
+def test_a_fault_the_run_finished_during_is_not_counted_unrecovered():
+    from rlstream.ops.chaos import Fault, unrecovered
+
+    assert unrecovered(Fault("s3-down", "s3", injected=1.0))
+    assert not unrecovered(Fault("s3-down", "s3", injected=1.0, recovered=9.0))
+    assert not unrecovered(Fault("s3-down", "s3", injected=1.0, detail={"run_ended_first": True}))
+    assert not unrecovered(Fault("kill:trainer", "trainer"))  # never injected
