@@ -32,6 +32,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -97,6 +98,37 @@ def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
     for row in rows:
         row["event_id"] = make_event_id("eval", phase, step, row["task"], row["metric"])
     return rows
+
+
+class UntrainableRow(DecodeError):
+    """An experience row that decodes but cannot be trained on: taken, it would put NaN into
+    the weights or crash the trainer on every restart (a poison pill)."""
+
+    kind = "untrainable_row"
+
+
+def untrainable(row: dict, vocab_size: int, block_size: int, group_size: int) -> str | None:
+    """Why this experience row cannot be trained on, or None (pure: the trainer dead-letters
+    the row with this reason)."""
+    if not math.isfinite(row["reward"]):
+        return f"reward {row['reward']} is not finite"
+    if not 0 <= row["sample_idx"] < group_size:
+        return f"sample_idx {row['sample_idx']} is outside a group of {group_size}"
+    if row["policy_version"] is None or row["policy_version"] < 0:
+        return f"policy_version {row['policy_version']} is not a version"
+    prompt, completion = row["prompt_tokens"], row["completion_tokens"]
+    if not prompt:
+        return "no prompt tokens"
+    outside = [t for t in (*prompt, *completion) if not 0 <= t < vocab_size]
+    if outside:
+        return f"token id {outside[0]} is outside the vocabulary (0..{vocab_size - 1})"
+    if len(prompt) + len(completion) > block_size:
+        return f"{len(prompt) + len(completion)} tokens, more than the context ({block_size})"
+    if len(row["logprobs"]) != len(completion):
+        return f"{len(row['logprobs'])} logprobs for {len(completion)} completion tokens"
+    if not all(math.isfinite(x) for x in row["logprobs"]):
+        return "a logprob is not finite"
+    return None
 
 
 class VersionWindow:
@@ -429,7 +461,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                         except DecodeError as error:
                             await dead.send(record, error)
                             continue
-                        trainer.take([r for r in rows if r["run_id"] == cfg.run_id])
+                        trainer.take(await trainable(trainer, rows, record, dead))
                 refill = counters["filtered_groups"] > filtered_announced
                 if refill and time.monotonic() - last_signal > REFILL_SIGNAL_S:
                     filtered_announced = counters["filtered_groups"]
@@ -463,6 +495,22 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await fed_back
         await c.stop()
+
+
+async def trainable(trainer: StreamTrainer, rows: list[dict], record, dead) -> list[dict]:
+    """This run's rows of a message, less those that cannot be trained on (dead-lettered)."""
+    cfg, out = trainer.cfg, []
+    limits = (trainer.state.tok.vocab_size, cfg.model.block_size, cfg.rl.group_size)
+    for i, row in enumerate(rows):
+        if row["run_id"] != cfg.run_id:
+            continue
+        problem = untrainable(row, *limits)
+        if problem is None:
+            out.append(row)
+        else:
+            trainer.counters["untrainable_rows"] += 1
+            await dead.send(record, UntrainableRow(f"{row['event_id']}: {problem}"), part=i)
+    return out
 
 
 async def feed_corpus(trainer: StreamTrainer, producer: EventProducer, groups) -> None:
@@ -526,6 +574,7 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         "experience_trained": int(c["experience_trained"]),
         "duplicates_skipped": int(c["duplicates_skipped"]),
         "duplicates_trained": int(c["duplicates_trained"]),
+        "untrainable_rows": int(c["untrainable_rows"]),
         "dedup_window_ids": int(c["dedup_window_ids"]),
         "stale_dropped": int(c["stale_dropped"]),
         "groups_consumed": int(c["groups_consumed"]),

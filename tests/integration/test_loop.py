@@ -52,6 +52,29 @@ async def _publish_garbage(topics: list[str]) -> None:
         await producer.stop()
 
 
+POISON = [  # decodable experience of the run that must never be trained on
+    {"reward": float("nan")},
+    {"completion_tokens": [1, 10**6], "logprobs": [-0.1, -0.2]},
+]
+
+
+async def _publish_poison(run_id: str) -> None:
+    """Experience rows of this run that decode but cannot be trained on (the trainer must
+    dead-letter them, not train on them or crash on every restart)."""
+    from rlstream.connectors.kafka import EventProducer
+    from rlstream.schemas import get, rows_to_batch
+
+    base = {"event_id": "poison-0", "request_id": "poison", "prompt_id": "poison",
+            "sample_idx": 0, "task": "add", "prompt_tokens": [5, 6], "completion_tokens": [7],
+            "logprobs": [-0.5], "reward": 1.0, "correct": True}  # fmt: skip
+    rows = [
+        base | {"event_id": f"poison-{i}", "sample_idx": i} | bad for i, bad in enumerate(POISON)
+    ]
+    async with EventProducer(Endpoints.from_env()) as producer:
+        event = get("experience")
+        await producer.send(event, rows_to_batch(event, rows, run_id=run_id, policy_version=0))
+
+
 @pytest.fixture(scope="module")
 def loop_run(stack_home, tmp_path_factory):
     from rlstream.schemas import get
@@ -200,6 +223,7 @@ def test_policy_versions_advance_and_both_workers_use_them(loop_run):
 def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home, tmp_path):
     # DAPO's dynamic sampling, streamed: dropped groups count as consumed and get refilled
     summary = tmp_path / "summary.json"
+    asyncio.run(_publish_poison("loop-filter"))  # and rows it must refuse, not train on
     cli(
         "run",
         "--rl-steps",
@@ -229,6 +253,12 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
     assert figures["groups_consumed"] == trained_groups + figures["filtered_groups"]
     zero = round(figures["zero_variance_share"] * figures["groups_consumed"])
     assert zero >= figures["filtered_groups"]
+    poisoned = [r for r in _rows_of("loop-filter", "dead_letters")
+                if r["error_kind"] == "untrainable_row"]  # fmt: skip
+    reasons = sorted(r["reason"] for r in poisoned)
+    assert len(reasons) == 2 and figures["untrainable_rows"] == 2, reasons
+    assert "poison-0: reward nan is not finite" in reasons[0]
+    assert "poison-1: token id 1000000 is outside the vocabulary" in reasons[1]
 
 
 def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(loop_run, tmp_path):
