@@ -24,14 +24,32 @@ import torch
 from rlstream import metrics
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.schemas import get, rows_to_batch
+from rlstream.schemas import DecodeError, get, rows_to_batch
 from rlstream.streams.app import Glue, make_app, raw_topic
 from rlstream.streams.policystore import PolicyFollower
-from rlstream.trainers.datasets import prompt_of_row
+from rlstream.trainers.datasets import prompt_of_row, text_problem
 from rlstream.trainers.policy import Policy, rollout
 
 REQUESTS, ROLLOUTS = get("rollout_requests"), get("rollouts")
 log = logging.getLogger(__name__)
+
+
+MAX_GROUP_SIZE = 1024  # completions per request a worker samples in one batch
+
+
+class Unservable(DecodeError):
+    """A rollout request that decodes but cannot be sampled (it would crash or stall the worker
+    on every redelivery)."""
+
+    kind = "unservable_request"
+
+
+def request_problem(request: dict, tok, cfg: Config) -> str | None:
+    """Why this worker cannot sample the request, or None (pure)."""
+    g = request["group_size"]
+    if not 1 <= g <= MAX_GROUP_SIZE:
+        return f"group_size {g} is outside 1..{MAX_GROUP_SIZE}"
+    return text_problem(request["text"], tok, cfg.model.block_size - cfg.rl.max_new_tokens)
 
 
 def rollout_rows(
@@ -92,10 +110,20 @@ def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
             requests = []
             for event in events:
                 decoded = await glue.decode(event)
-                if decoded is not None:
-                    requests += [r for r in decoded.to_pylist() if r["run_id"] == cfg.run_id]
+                if decoded is None:
+                    continue
+                rows = [
+                    (i, r) for i, r in enumerate(decoded.to_pylist()) if r["run_id"] == cfg.run_id
+                ]
+                if rows:
+                    await follower.ready.wait()
+                for i, row in rows:
+                    problem = request_problem(row, follower.policy.tok, cfg)
+                    if problem is None:
+                        requests.append(row)
+                    else:
+                        await glue.reject(event, Unservable(f"{row['request_id']}: {problem}"), i)
             if requests:
-                await follower.ready.wait()
                 await generate(requests)
             for event in events:  # handled: take_events acks them (a skipped one stays unacked)
                 event.processed = True

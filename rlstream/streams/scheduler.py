@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import time
 from collections import defaultdict
@@ -248,9 +249,12 @@ def round_of(request_id: str) -> int:
 
 
 async def issued_rounds_so_far(endpoints: Endpoints, run_id: str) -> int:
-    """Rounds of this run already on rl.rollout_requests.v1 (0 for a new run)."""
+    """Rounds this run's scheduler already put on rl.rollout_requests.v1 (0 for a new run).
+    Requests it did not write (another producer's ids) are not its rounds."""
     rows = await read_run_rows(endpoints, REQUESTS.topic, run_id)
-    return max((round_of(r["request_id"]) + 1 for r in rows), default=0)
+    ours = re.compile(rf"{re.escape(run_id)}-r\d{{6}}-\d{{3}}")
+    rounds = [round_of(r["request_id"]) for r in rows if ours.fullmatch(r["request_id"])]
+    return max(rounds, default=-1) + 1
 
 
 class Scheduler:

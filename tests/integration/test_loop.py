@@ -59,8 +59,9 @@ POISON = [  # decodable experience of the run that must never be trained on
 
 
 async def _publish_poison(run_id: str) -> None:
-    """Experience rows of this run that decode but cannot be trained on (the trainer must
-    dead-letter them, not train on them or crash on every restart)."""
+    """Experience rows of this run that decode but cannot be trained on, and a request that
+    cannot be sampled: the trainer and the workers must dead-letter them, not train on them or
+    crash on every redelivery."""
     from rlstream.connectors.kafka import EventProducer
     from rlstream.schemas import get, rows_to_batch
 
@@ -70,9 +71,13 @@ async def _publish_poison(run_id: str) -> None:
     rows = [
         base | {"event_id": f"poison-{i}", "sample_idx": i} | bad for i, bad in enumerate(POISON)
     ]
+    request = {"request_id": "poison-req", "prompt_id": "poison", "text": "1+1=", "task": "add",
+               "group_size": 10**6, "sampler": "fuzz"}  # fmt: skip
     async with EventProducer(Endpoints.from_env()) as producer:
         event = get("experience")
         await producer.send(event, rows_to_batch(event, rows, run_id=run_id, policy_version=0))
+        event = get("rollout_requests")  # a request no worker can sample (10^6 completions)
+        await producer.send(event, rows_to_batch(event, [request], run_id=run_id))
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +264,10 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
     assert len(reasons) == 2 and figures["untrainable_rows"] == 2, reasons
     assert "poison-0: reward nan is not finite" in reasons[0]
     assert "poison-1: token id 1000000 is outside the vocabulary" in reasons[1]
+    refused = [r["reason"] for r in _rows_of("loop-filter", "dead_letters")
+               if r["error_kind"] == "unservable_request"]  # fmt: skip
+    assert refused and all("poison-req: group_size 1000000 is outside" in r for r in refused)
+    assert figures["restarts"] == {}  # nothing crashed on them
 
 
 def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(loop_run, tmp_path):

@@ -40,3 +40,19 @@ def test_a_nan_reward_survives_the_codec_so_the_trainer_must_check_it():
     value, headers = encode(event, rows_to_batch(event, [row], run_id="x", policy_version=0))
     (back,) = decode(value, headers).to_pylist()
     assert back["reward"] != back["reward"]  # NaN
+
+
+def test_requests_a_worker_cannot_sample_are_refused_with_the_reason():
+    from rlstream.config import Config
+    from rlstream.streams.rollout_worker import MAX_GROUP_SIZE, request_problem
+    from rlstream.trainers.lm import load_tokenizer
+
+    cfg = Config()
+    tok = load_tokenizer(cfg.model)
+    ok = {"request_id": "r", "text": "12+7=", "group_size": 8}
+    assert request_problem(ok, tok, cfg) is None
+    for g in (0, -3, MAX_GROUP_SIZE + 1, 2**31 - 1):
+        assert f"group_size {g} is outside" in request_problem(ok | {"group_size": g}, tok, cfg)
+    assert "alphabet" in request_problem(ok | {"text": "12+7=\u00e9"}, tok, cfg)
+    room = cfg.model.block_size - cfg.rl.max_new_tokens
+    assert request_problem(ok | {"text": "1" * (room + 5)}, tok, cfg)  # longer than the context
