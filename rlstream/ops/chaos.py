@@ -197,8 +197,8 @@ def work_done(run_dir: Path, name: str) -> float | None:
 class Injector:
     """Injects one fault and lifts it; owns the stack it can take servers out of."""
 
-    def __init__(self, stack, run_dir: Path, cfg: Config, args: ChaosArgs, say):
-        self.stack, self.run_dir, self.cfg, self.args, self.say = stack, run_dir, cfg, args, say
+    def __init__(self, stack, run_dir: Path, cfg: Config, args: ChaosArgs):
+        self.stack, self.run_dir, self.cfg, self.args = stack, run_dir, cfg, args
         self.faults_dir = run_dir / "faults"
         self.faults_dir.mkdir(parents=True, exist_ok=True)
 
@@ -254,15 +254,12 @@ class Injector:
                 os.kill(pid, signal.SIGKILL)
                 killed = time.time()
                 step = int(new[at + 19 :].split()[0])
-                store = ObjectStore(Endpoints.from_env(self._env()))
+                store = ObjectStore(self.stack.endpoints)
                 name = checkpoint_prefix(self.cfg.run_id) + checkpoint_name(step)
                 return {"checkpoint_step": step, "mid_write": not store.exists(name), "_at": killed}
             offset += max(0, new.rfind(b"\n") + 1)
             time.sleep(0.005)
         raise ChaosError("the trainer wrote no checkpoint while waiting to kill it")
-
-    def _env(self) -> dict[str, str]:
-        return self.stack.endpoints.as_env()
 
 
 PROGRESS_EVERY_S = 10.0
@@ -304,7 +301,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
             FAULTS_DIR: str(run_dir / "faults"),
             "RLSTREAM_LOGLEVEL": "INFO",
         }  # faust's rebalances and recoveries, for forensics
-        cfg_file = run_dir.parent / f"{cfg.run_id}.chaos-config.json"
+        cfg_file = run_dir / "chaos-config.json"
         cfg.write(cfg_file)
         cmd = [sys.executable, "-m", "rlstream.cli", "run", "--config", str(cfg_file),
                "--run-id", cfg.run_id, "--out", str(out_root),
@@ -317,7 +314,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
         started = time.time()
         try:
             live = Live(run_dir / "live.json")
-            injector = Injector(stack, run_dir, cfg, args, say)
+            injector = Injector(stack, run_dir, cfg, args)
             _inject_all(run, live, injector, faults, cfg, args, say)
             code = run.wait(args.run_timeout_s)
         finally:
