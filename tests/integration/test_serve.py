@@ -238,7 +238,7 @@ def test_a_submitted_run_is_followed_to_its_end_and_its_results_fetched(server, 
 
 def test_delete_stops_a_run_cleanly_and_resume_continues_it(server, mlflow_url):
     client, out = server
-    body = {"run_id": "api-stop", **SMALL, "rl": {**SMALL["rl"], "steps": 12},
+    body = {"run_id": "api-stop", **SMALL, "rl": {**SMALL["rl"], "steps": 8},
             "tracking": {"mlflow_uri": mlflow_url}}  # fmt: skip
     assert client.post("/runs", json=body).status_code == 201
     deadline = time.monotonic() + 300
@@ -255,7 +255,7 @@ def test_delete_stops_a_run_cleanly_and_resume_continues_it(server, mlflow_url):
     events = _events(client, "api-stop")
     assert events[-1][1]["state"] == "finished"
     summary = client.get("/runs/api-stop/summary").json()
-    assert summary["completed"] and summary["rl_steps"] == 12
+    assert summary["completed"] and summary["rl_steps"] == 8
     assert summary["duplicates_trained"] == 0
     assert client.post("/runs/api-stop/resume").status_code == 409  # finished
 
