@@ -149,20 +149,23 @@ MODULES = {"trainer": "rlstream.streams.trainer", "scheduler": "rlstream.streams
            "processors": "rlstream.streams.worker"}  # fmt: skip
 
 
-def pid_of(run_id: str, name: str) -> int:
-    """The pid of the run's process `name` (trainer, scheduler, processors, rollouts-N)."""
+def pid_of(run_pid: int, name: str) -> int:
+    """The pid of process `name` (trainer, scheduler, processors, rollouts-N) among the
+    children of the `rlstream run` process `run_pid` (never another run's, whatever its id)."""
     import psutil
 
     module = MODULES.get(name, "rlstream.streams.rollout_worker")
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        ours = any(a == run_id or a.endswith(f"{run_id}/config.json") for a in cmd)
-        if ours and module in cmd:
-            if name.startswith("rollouts-") and f"w{name.split('-')[1]}" not in cmd:
+    for p in psutil.Process(run_pid).children(recursive=True):
+        try:
+            cmd = p.cmdline()
+            if module not in cmd or p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if p.status() != psutil.STATUS_ZOMBIE:
-                return p.pid
-    raise ChaosError(f"no running {name} process of run {run_id}")
+        except psutil.NoSuchProcess:
+            continue
+        if name.startswith("rollouts-") and f"w{name.split('-')[1]}" not in cmd:
+            continue
+        return p.pid
+    raise ChaosError(f"no running {name} process under the run (pid {run_pid})")
 
 
 WORK = {
@@ -197,20 +200,21 @@ def work_done(run_dir: Path, name: str) -> float | None:
 class Injector:
     """Injects one fault and lifts it; owns the stack it can take servers out of."""
 
-    def __init__(self, stack, run_dir: Path, cfg: Config, args: ChaosArgs):
-        self.stack, self.run_dir, self.cfg, self.args = stack, run_dir, cfg, args
+    def __init__(self, stack, run_pid: int, run_dir: Path, cfg: Config, args: ChaosArgs):
+        self.stack, self.run_pid, self.run_dir, self.cfg, self.args = (
+            stack, run_pid, run_dir, cfg, args
+        )  # fmt: skip
         self.faults_dir = run_dir / "faults"
         self.faults_dir.mkdir(parents=True, exist_ok=True)
 
     def inject(self, fault: Fault) -> None:
-        run_id = self.cfg.run_id
         if fault.kind == "kill:trainer@checkpoint":
             fault.detail = self._kill_during_checkpoint()
         elif fault.kind.startswith("kill:"):
             fault.injected = time.time()
-            os.kill(pid_of(run_id, fault.target), signal.SIGKILL)
+            os.kill(pid_of(self.run_pid, fault.target), signal.SIGKILL)
         elif fault.kind.startswith("stop:"):
-            pid = pid_of(run_id, fault.target)
+            pid = pid_of(self.run_pid, fault.target)
             frozen = self.cfg.loop.session_timeout_ms / 1000 + 4
             fault.injected = time.time()
             os.kill(pid, signal.SIGSTOP)
@@ -242,7 +246,7 @@ class Injector:
         from rlstream.trainers.checkpoint import checkpoint_name
 
         logfile = self.run_dir / "logs" / "trainer.log"
-        pid = pid_of(self.cfg.run_id, "trainer")
+        pid = pid_of(self.run_pid, "trainer")
         offset = logfile.stat().st_size
         deadline = time.monotonic() + self.args.recovery_timeout_s
         while time.monotonic() < deadline:
@@ -314,7 +318,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
         started = time.time()
         try:
             live = Live(run_dir / "live.json")
-            injector = Injector(stack, run_dir, cfg, args)
+            injector = Injector(stack, run.pid, run_dir, cfg, args)
             _inject_all(run, live, injector, faults, cfg, args, say)
             code = run.wait(args.run_timeout_s)
         finally:
@@ -478,13 +482,13 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
     from aiokafka import TopicPartition
 
     from rlstream.connectors.objectstore import ObjectStore
-    from rlstream.connectors.reading import ReadRange, read_topic
+    from rlstream.connectors.reading import ReadRange, read_run_rows, read_topic
     from rlstream.ops.topics import committed_offsets
     from rlstream.schemas import DecodeError, decode
     from rlstream.streams.trainer import ledger_prefix
 
     run_id, g = cfg.run_id, cfg.rl.group_size
-    issued = await _rows(endpoints, get("rollout_requests").topic, run_id)
+    issued = await read_run_rows(endpoints, get("rollout_requests").topic, run_id)
     requests = {r["request_id"] for r in issued}
     groups: dict[str, set[str]] = defaultdict(set)
     first_offset: dict[str, tuple[int, int]] = {}  # request -> (partition, offset) of its group
@@ -501,7 +505,7 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
             published.append(r["event_id"])
             groups[r["request_id"]].add(r["event_id"])
             first_offset.setdefault(r["request_id"], (record.partition, record.offset))
-    parts = {tp.partition for tp in [TopicPartition(topic, p) for p, _ in first_offset.values()]}
+    parts = {p for p, _ in first_offset.values()}
     committed = await committed_offsets(
         endpoints, cfg.group("trainer"), [TopicPartition(topic, p) for p in sorted(parts)]
     )
@@ -530,7 +534,7 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
             lost.append(rid)
     archive = store.read_parquet_prefix(f"{run_id}/experience/")
     archived = archive.column("event_id").to_pylist() if archive.num_rows else []
-    traces = await trace_requests(endpoints, run_id, lost[:20]) if lost else {}
+    traces = await trace_requests(endpoints, cfg, lost[:20]) if lost else {}
     return {
         "requests": len(requests),
         "requests_reissued": len(issued) - len(requests),
@@ -546,14 +550,14 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
     }
 
 
-async def trace_requests(endpoints: Endpoints, run_id: str, ids: list[str]) -> dict:
+async def trace_requests(endpoints: Endpoints, cfg: Config, ids: list[str]) -> dict:
     """Where each request's messages are: topic -> [partition, offset, produced time] of the
     first message holding it (what a lost request reached before it was lost)."""
     from rlstream.connectors.reading import ReadRange, read_topic
     from rlstream.schemas import DecodeError, decode
 
     wanted, found = set(ids), {rid: {} for rid in ids}
-    changelog = f"{cfg_group(run_id, 'processors')}-pending_groups-changelog"
+    run_id, changelog = cfg.run_id, f"{cfg.group('processors')}-pending_groups-changelog"
     async for record in read_topic(endpoints, changelog, ReadRange()):
         key = (record.key or b"").decode(errors="replace")
         if key in wanted:  # the assembler's table writes for it (what a restart recovers)
@@ -572,16 +576,6 @@ async def trace_requests(endpoints: Endpoints, run_id: str, ids: list[str]) -> d
                     at = [record.partition, record.offset, str(r["produced_at"])]
                     found[r["request_id"]].setdefault(name, at)
     return found
-
-
-def cfg_group(run_id: str, role: str) -> str:
-    return Config(run_id=run_id).group(role)
-
-
-async def _rows(endpoints: Endpoints, topic: str, run_id: str) -> list[dict]:
-    from rlstream.connectors.reading import read_run_rows
-
-    return await read_run_rows(endpoints, topic, run_id)
 
 
 def table(result: dict) -> str:
