@@ -25,7 +25,7 @@ def chaos_run(tmp_path_factory):
     summary = out / "summary.json"
     result = cli(
         "chaos", "--faults", str(len(FAULT_KINDS)), "--seed", "1", "--rl-steps", "56",
-        "--s3-down-s", "5", "--qdrant-down-s", "4", "--run-id", "chaos-it", "--out", str(out),
+        "--s3-down-s", "5", "--qdrant-down-s", "12", "--run-id", "chaos-it", "--out", str(out),
         "--summary", str(summary), *SMALL, "--set", "checkpoint.every=2",
         timeout=1500, check=False,
     )  # fmt: skip
