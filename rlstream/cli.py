@@ -210,6 +210,10 @@ def chaos(
     fault_rate_per_h: float = typer.Option(
         1.0, min=1e-6, help="Process faults an hour assumed in production (the MTBF bound)."
     ),
+    until: str = typer.Option(
+        "steps", help="How a run ends: 'steps' (all rl.steps, faults spread over them) or "
+        "'faults' (Ctrl-C a few steps after the last fault; rl.steps an upper bound)."
+    ),
     out: Path = typer.Option(Path("runs"), help="Where the runs and their audits go."),
     run_id: str = typer.Option("", help="Run id (-N per repeat) [default: from the time]."),
     overrides: list[str] = trainer_commands.SetOpt,
@@ -230,6 +234,8 @@ def chaos(
             f"unknown fault kind {unknown[0]!r}; choose from {', '.join(chaos_mod.FAULT_KINDS)}",
             param_hint="--kinds",
         )
+    if until not in chaos_mod.UNTIL:
+        raise typer.BadParameter(f"{until!r}: choose steps or faults", param_hint="--until")
     rid = run_id or datetime.now(UTC).strftime("chaos-%Y%m%d-%H%M%S")
     cfg = trainer_commands.build_config(
         config, overrides, run_id=rid, rl__steps=rl_steps, loop__rollout_workers=workers
@@ -242,7 +248,8 @@ def chaos(
     results = []
     for i in range(repeats):
         args = chaos_mod.ChaosArgs(faults=faults, seed=seed + i, kinds=chosen,
-                                   s3_down_s=s3_down_s, qdrant_down_s=qdrant_down_s)  # fmt: skip
+                                   s3_down_s=s3_down_s, qdrant_down_s=qdrant_down_s,
+                                   until=until)  # fmt: skip
         this = replace(cfg, run_id=rid if repeats == 1 else f"{rid}-{i}", seed=cfg.seed + i)
         result = chaos_mod.run_chaos(this, out, args, say=lambda m: print(m, flush=True))
         console.print(chaos_mod.table(result))

@@ -33,7 +33,7 @@ the trainer's ledger and the archive:
   offsets) or untrained when the run ended;
 - no experience row trained twice (an event id trained in two ledger entries);
 - the archive holds exactly the published experience, once;
-- the run completed all its steps.
+- the run completed all its steps (`--until faults`: stopped cleanly by its Ctrl-C).
 """
 
 from __future__ import annotations
@@ -62,6 +62,14 @@ PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
 STORE_FAULTS = ("s3-down", "qdrant-down")
 FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS
 UNTRAINED = ("stale", "filtered", "untrained_at_end")
+UNTIL = {
+    "steps": "the run trains all its rl.steps, faults spread evenly over them",
+    "faults": "faults one after another; once the last recovered and tail_steps more steps are "
+    "trained, the run is stopped with Ctrl-C (rl.steps is only an upper bound)",
+}
+"""How a chaos run ends. A fault costs however many steps the loop trains while it recovers
+(outages and a frozen worker let it train on buffered experience, in bursts), so "steps" needs
+generous rl.steps to fit every fault; "faults" takes only as long as the faults do."""
 
 
 class ChaosError(RuntimeError):
@@ -77,6 +85,7 @@ class ChaosArgs:
     qdrant_down_s: float = 30.0
     warmup_steps: int = 2  # RL steps before the first fault
     tail_steps: int = 3  # steps left fault-free at the end
+    until: str = "steps"  # "steps": the run trains all rl.steps; "faults": see UNTIL
     recovery_timeout_s: float = 300.0
     drain_timeout_s: float = 180.0
     run_timeout_s: float = 5400.0
@@ -320,15 +329,20 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
             live = Live(run_dir / "live.json")
             injector = Injector(stack, run.pid, run_dir, cfg, args)
             _inject_all(run, live, injector, faults, cfg, args, say)
+            if args.until == "faults":
+                _stop_after(run, live, args, say)
             code = run.wait(args.run_timeout_s)
         finally:
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
             log.close()
         summary_file = run_dir / "run-summary.json"
-        if code != 0 or not summary_file.exists():
+        if code == 0 and summary_file.exists():
+            figures = json.loads(summary_file.read_text())
+        elif code == 130 and args.until == "faults":  # stopped: no summary, the live view
+            figures = _figures_of(live.read()) | {"stopped": True}
+        else:
             raise ChaosError(f"`rlstream run` exited with {code}: see {run_dir / 'chaos-run.log'}")
-        figures = json.loads(summary_file.read_text())
         say("chaos: run finished; draining what was in flight")
         drained = drain(stack.endpoints, cfg, run_dir, env, args.drain_timeout_s)
         audit = asyncio.run(audit_run(stack.endpoints, cfg))
@@ -345,7 +359,9 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
         "recovery_max_s": max(recoveries) if recoveries else None,
         **audit,
         "drain_s": drained,
+        "until": args.until,
         "completed": bool(figures.get("completed")) and figures.get("rl_steps") == cfg.rl.steps,
+        "stopped_cleanly": bool(figures.get("stopped")),  # exit 130 on Ctrl-C (until faults)
         "rl_steps": figures.get("rl_steps"),
         "final_accuracy": figures.get("final_accuracy"),
         "restarts": figures.get("restarts", {}),
@@ -375,9 +391,11 @@ def unrecovered(f: Fault) -> bool:
 
 def survived(r: dict) -> bool:
     """The run's verdict: every fault recovered, nothing lost or trained twice, no request
-    issued twice, the archive equal to what was published, and the run complete."""
+    issued twice, the archive equal to what was published, and the run complete (or, until
+    faults, stopped cleanly once they were over)."""
+    ended = r["stopped_cleanly"] if r.get("until") == "faults" else r["completed"]
     return bool(
-        r["completed"] and r["unrecovered_faults"] == 0 and r["experience_lost"] == 0
+        ended and r["unrecovered_faults"] == 0 and r["experience_lost"] == 0
         and r["trained_twice"] == 0 and r["archive_matches_published"]
         and not r.get("requests_reissued")
     )  # fmt: skip
@@ -388,9 +406,9 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, say) -> None:
-    """Inject each fault once RL is `warmup_steps` in, each after the previous one recovered,
-    spread evenly over the steps that are left (recoveries take steps too); stop early if the
-    run is nearly done."""
+    """Inject each fault once RL is `warmup_steps` in, each after the previous one recovered
+    (until steps: spread evenly over the steps that are left, recoveries taking steps too); stop
+    early if the run is nearly done."""
     wait_for(lambda: run.poll() is not None or (live.phase() == "rl" and live.step()
              >= args.warmup_steps), args.run_timeout_s, "the RL phase", live, say)  # fmt: skip
     if run.poll() is not None:
@@ -400,7 +418,7 @@ def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, 
     for i, fault in enumerate(faults):
         now, left = live.step(), len(faults) - i
         spare = last - now - left * (sum(used) / len(used) if used else 0.0)
-        due = now + max(0, int(spare / left)) if i else now
+        due = now + max(0, int(spare / left)) if i and args.until == "steps" else now
         wait_for(lambda d=due: run.poll() is not None or live.step() >= d,
                  args.run_timeout_s, f"step {due}", live, say)  # fmt: skip
         if run.poll() is not None or live.step() >= last:
@@ -411,6 +429,29 @@ def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, 
         used.append(live.step() - fault.step)
         say(f"chaos: fault {i + 1}/{len(faults)} {fault.kind} ({fault.target}) at step "
             f"{fault.step}: recovered in {fault.recovery_s} s")  # fmt: skip
+
+
+def _stop_after(run, live: Live, args, say) -> None:
+    """Until faults: `tail_steps` steps after the last fault, Ctrl-C the run (every process
+    stops, as a terminal's Ctrl-C stops them)."""
+    if run.poll() is not None:
+        return
+    end = live.step() + args.tail_steps  # the last fault has recovered by now
+    wait_for(lambda: run.poll() is not None or live.step() >= end,
+             args.recovery_timeout_s, f"step {end}", live, say)  # fmt: skip
+    if run.poll() is None:
+        say(f"chaos: faults over; stopping the run at step {live.step()} (Ctrl-C)")
+        os.killpg(run.pid, signal.SIGINT)
+
+
+def _figures_of(state: dict) -> dict:
+    """What a stopped run's live.json says of it (it writes no summary)."""
+    processes = state.get("processes", {})
+    return {
+        "rl_steps": state.get("rl_step"),
+        "final_accuracy": state.get("accuracy"),
+        "restarts": {n: p["restarts"] for n, p in processes.items() if p.get("restarts")},
+    }
 
 
 def _one_fault(run, live: Live, injector: Injector, fault: Fault, args, say) -> None:
@@ -589,8 +630,9 @@ def table(result: dict) -> str:
                      f"{f['recovery_s']} | {f['after_lifted_s']} | {note} |")  # fmt: skip
     keys = ("faults", "fault_kinds", "unrecovered_faults", "recovery_p50_s", "recovery_p99_s",
             "requests", "requests_reissued", "groups_by_outcome", "experience_lost",
-            "trained_twice", "incomplete_groups", "archive_matches_published", "completed",
-            "restarts", "final_accuracy", "drain_s", "wall_s", "survived")  # fmt: skip
+            "trained_twice", "incomplete_groups", "archive_matches_published", "until",
+            "completed", "stopped_cleanly", "rl_steps", "restarts", "final_accuracy", "drain_s",
+            "wall_s", "survived")  # fmt: skip
     lines += ["", "| figure | value |", "|---|---|"]
     lines += [f"| {k} | {result.get(k)} |" for k in keys]
     return "\n".join(lines)

@@ -1,19 +1,53 @@
-"""faust's aiokafka transport with a short fetch wait, registered as the `rlkafka://` scheme.
+"""faust's aiokafka transport, registered as the `rlkafka://` scheme, with two changes.
 
-faust fixes the worker consumer's `fetch_max_wait_ms` at 1500. Tansu parks a fetch with too
-little data for most of that wait instead of answering when a record arrives, so each faust hop
-cost ~380 ms at the median (measured: one produce -> one fetch, p50 381 ms at 1500 ms against
-4 ms at 100 ms). On a Kafka broker a shorter wait only means more, cheaper fetch requests.
+A short fetch wait. faust fixes the worker consumer's `fetch_max_wait_ms` at 1500. Tansu parks a
+fetch with too little data for most of that wait instead of answering when a record arrives, so
+each faust hop cost ~380 ms at the median (measured: one produce -> one fetch, p50 381 ms at
+1500 ms against 4 ms at 100 ms). On a Kafka broker a shorter wait only means more, cheaper fetch
+requests.
+
+Commits that never pass a message no agent acked. faust commits the first run of consecutive
+acked offsets, and its check for an unacked head allows a hole of exactly one message
+(`min(acked) - committed > 1`, where `committed` is already the next offset to read) and none at
+all before the first commit (offset 0 reads as "no commit"). A stream skips the messages it
+holds when a rebalance suspends flow control, and recovery resumes the flow for a moment to
+read changelogs, so a later message can be processed and acked while the one before it was
+skipped: the commit moved past it, the seek after recovery started beyond it, and it was lost
+(`rlstream chaos`: a rollouts message never joined, the rewards for its group waiting in the
+assembler's table for good). Here a commit stops below the lowest offset not acked, so the seek
+to committed offsets after a rebalance fetches the skipped message again (a repeat of the ones
+after it is harmless: every processor is idempotent by event id). Should a hole outlive
+`RESEEK_AFTER_S` with no message in flight to fill it, the partition is sought back to it.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as driver
+
+log = logging.getLogger(__name__)
 
 SCHEME = "rlkafka"
 FETCH_MAX_WAIT_MS = 50
 """the longest a fetch with no new records is parked on the broker"""
+RESEEK_AFTER_S = 30.0
+"""how long a hole below the acked offsets may hold commits back before it is fetched again"""
+
+
+def hole_below(lowest_acked: int, base: int | None, gaps) -> bool:
+    """Whether an offset in [base, lowest_acked) is neither acked nor a known gap in the log.
+
+    `base` is the next offset to read after the last commit (None when unknown); `gaps` holds
+    faust's intervals of offsets the log does not have (an `IntervalTree`, ends excluded)."""
+    if base is None or lowest_acked <= base:
+        return False
+    covered = set()
+    for interval in gaps.overlap(base, lowest_acked):
+        covered.update(range(max(interval.begin, base), min(interval.end, lowest_acked)))
+    return len(covered) < lowest_acked - base
 
 
 class ConsumerThread(driver.AIOKafkaConsumerThread):
@@ -25,8 +59,55 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):
 
 
 class Consumer(driver.Consumer):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._first_fetched: dict = {}  # tp -> lowest offset fetched: the base before a commit
+        self._held_since: dict = {}  # tp -> (monotonic time a hole began holding commits, base)
+
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def getmany(self, timeout: float):
+        first = self._first_fetched
+        async for tp, message in super().getmany(timeout):
+            if message.offset < first.get(tp, message.offset + 1):
+                first[tp] = message.offset
+            yield tp, message
+
+    def _base(self, tp) -> int | None:
+        committed = self._committed_offset[tp]  # faust reads a commit at 0 as None
+        return committed if committed is not None else self._first_fetched.get(tp)
+
+    def _new_offset(self, tp):
+        acked = self._acked[tp]
+        if acked:
+            base = self._base(tp)
+            if hole_below(min(acked), base, self._gap[tp]):
+                self._held_since.setdefault(tp, (time.monotonic(), base))
+                return None
+        self._held_since.pop(tp, None)
+        return super()._new_offset(tp)
+
+    async def commit(self, topics=None, start_new_transaction: bool = True) -> bool:
+        committed = await super().commit(topics, start_new_transaction=start_new_transaction)
+        await self._refetch_holes()
+        return committed
+
+    async def _refetch_holes(self) -> None:
+        now = time.monotonic()
+        for tp, (since, base) in list(self._held_since.items()):
+            if now - since < RESEEK_AFTER_S:
+                continue
+            lowest = min(self._acked[tp], default=base)
+            in_flight = any(
+                m.tp == tp and base <= m.offset < lowest and not m.acked
+                for m in list(self._unacked_messages)
+            )
+            if in_flight:
+                continue
+            log.warning("offsets %d-%d of %s never acked: fetching again", base, lowest - 1, tp)
+            del self._held_since[tp]
+            await self.seek(tp, base)
 
 
 class Transport(driver.Transport):

@@ -17,6 +17,10 @@ from tests.integration.conftest import cli
 from tests.integration.test_loop import SMALL
 
 pytestmark = pytest.mark.integration
+# an upper bound: the run is stopped a few steps after its last fault (`--until faults`); one
+# fault of each kind took 45-70 steps of recovery at this size (outages and a frozen worker let
+# the loop train on buffered experience, in bursts)
+STEPS = 300
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +28,9 @@ def chaos_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("chaos")
     summary = out / "summary.json"
     result = cli(
-        "chaos", "--faults", str(len(FAULT_KINDS)), "--seed", "1", "--rl-steps", "56",
-        "--s3-down-s", "5", "--qdrant-down-s", "12", "--run-id", "chaos-it", "--out", str(out),
+        "chaos", "--faults", str(len(FAULT_KINDS)), "--seed", "1", "--rl-steps", str(STEPS),
+        "--s3-down-s", "5", "--qdrant-down-s", "12", "--until", "faults", "--run-id", "chaos-it",
+        "--out", str(out),
         "--summary", str(summary), *SMALL, "--set", "checkpoint.every=2",
         timeout=1500, check=False,
     )  # fmt: skip
@@ -55,9 +60,13 @@ def test_nothing_is_lost_trained_twice_or_archived_twice(chaos_run):
     assert figures["experience_lost"] == 0, run["lost_requests"]
     assert figures["trained_twice"] == 0 and run["requests_reissued"] == 0
     assert run["incomplete_groups"] == 0 and figures["archive_matches_published"]
-    assert figures["completed"] and run["rl_steps"] == 56 and figures["survived"]
+    assert run["stopped_cleanly"] and figures["survived"] and not figures["completed"]
+    assert 8 < run["rl_steps"] < STEPS  # stopped once the faults were over
     outcomes = run["groups_by_outcome"]
-    assert sum(outcomes.values()) == run["requests"] and outcomes["trained"] >= 56 * 8
+    # the groups of steps trained after the last checkpoint (every 2) are unconsumed: their
+    # offsets were not committed, so a resumed run trains them again
+    assert sum(outcomes.values()) == run["requests"]
+    assert outcomes["trained"] >= (run["rl_steps"] - 2) * 8
     assert result.returncode == 0
 
 
