@@ -211,8 +211,9 @@ def chaos(
         1.0, min=1e-6, help="Process faults an hour assumed in production (the MTBF bound)."
     ),
     until: str = typer.Option(
-        "steps", help="How a run ends: 'steps' (all rl.steps, faults spread over them) or "
-        "'faults' (Ctrl-C a few steps after the last fault; rl.steps an upper bound)."
+        "steps",
+        help="How a run ends: 'steps' (all rl.steps, faults spread over them) or "
+        "'faults' (Ctrl-C a few steps after the last fault; rl.steps an upper bound).",
     ),
     out: Path = typer.Option(Path("runs"), help="Where the runs and their audits go."),
     run_id: str = typer.Option("", help="Run id (-N per repeat) [default: from the time]."),
