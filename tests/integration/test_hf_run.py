@@ -34,7 +34,8 @@ pytestmark = pytest.mark.integration
 RUN = "hf-it"
 PASSWORD = "broker-pw-7f3a9c"  # a broker credential: unused on the PLAINTEXT broker, still secret
 SMALL = [
-    *("--rl-steps", "4", "--set", "pretrain.max_steps=20", "--set", "eval.prompts=16"),
+    *("--rl-steps", "4", "--set", "pretrain.max_steps=20", "--set", "pretrain.batch=32"),
+    *("--set", "eval.prompts=16"),
     *("--set", "prompts_per_step=8", "--set", "group_size=4", "--set", "eval.interval=2"),
     *("--set", "data.corpus_docs=2000", "--set", "data.pool_size=200"),
     *("--set", "target_in_flight=16", "--set", "model.block_size=48"),

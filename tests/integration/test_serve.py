@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 TOKEN = "serve-it-token"
 SMALL = {
     "rl": {"steps": 4, "prompts_per_step": 8, "group_size": 4},
-    "pretrain": {"max_steps": 40},
+    "pretrain": {"max_steps": 40, "batch": 32, "warmup_steps": 20},
     "data": {"corpus_docs": 2000, "pool_size": 400},
     "eval": {"prompts": 32, "interval": 2},
     "loop": {"target_in_flight": 16},

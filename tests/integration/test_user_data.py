@@ -22,7 +22,7 @@ from rlstream.trainers.datasets import split_of_row
 pytestmark = pytest.mark.integration
 RUN, DATASET, STEPS, P, G = "user-it", "quiz", 12, 8, 4
 SMALL = [
-    *("--set", "pretrain.max_steps=40", "--set", "eval.prompts=64"),
+    *("--set", "pretrain.max_steps=40", "--set", "pretrain.batch=32", "--set", "eval.prompts=64"),
     *("--set", f"prompts_per_step={P}", "--set", f"group_size={G}"),
     *("--set", "target_in_flight=16", "--set", "eval.interval=4"),
 ]
