@@ -264,6 +264,50 @@ def chaos(
 
 
 @app.command()
+def fuzz(
+    config: Path | None = trainer_commands.ConfigOpt,
+    messages: int = typer.Option(10_000, min=1, help="Malformed messages to send."),
+    rate: float = typer.Option(200.0, min=1.0, help="Messages a second."),
+    seed: int = typer.Option(0, help="Seed of the messages (and of the runs)."),
+    rl_steps: int | None = typer.Option(None, min=1, help="rl.steps of the runs."),
+    baseline: bool = typer.Option(True, help="First the same run without fuzz (its accuracy)."),
+    attach: str | None = typer.Option(
+        None, help="Fuzz this run in progress (its config from --out) instead of running one."
+    ),
+    out: Path = typer.Option(Path("runs"), help="Where the runs are."),
+    run_id: str = typer.Option("", help="Run id [default: from the time]."),
+    overrides: list[str] = trainer_commands.SetOpt,
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Malformed messages on every topic the loop consumes, while a run is live: random bytes,
+    truncated Arrow, bad headers, unknown events and versions, schema mismatches, nulls, NaN
+    rewards, empty and over-long completions, token ids outside the vocabulary, bad group sizes,
+    another run's rows. Every owner must dead-letter each one it owns, nothing may crash, the
+    accuracy is compared with an unfuzzed run of the same seed. Prints a table per class."""
+    from datetime import UTC, datetime
+
+    from rlstream.config import Config
+    from rlstream.ops import fuzz as fuzz_mod
+
+    args = fuzz_mod.FuzzArgs(messages=messages, rate_per_s=rate, seed=seed, baseline=baseline)
+    if attach:
+        path = out / attach / "config.json"
+        if not path.exists():
+            raise typer.BadParameter(f"no run {attach!r} under {out} (no {path})",
+                                     param_hint="--attach")  # fmt: skip
+        result = fuzz_mod.fuzz_live(Config.read(path), out, args,
+                                    say=lambda m: print(m, flush=True))  # fmt: skip
+    else:
+        rid = run_id or datetime.now(UTC).strftime("fuzz-%Y%m%d-%H%M%S")
+        cfg = trainer_commands.build_config(config, overrides, run_id=rid, rl__steps=rl_steps)
+        result = fuzz_mod.run_fuzz(cfg, out, args, say=lambda m: print(m, flush=True))
+    console.print(fuzz_mod.table(result))
+    write_summary(summary, result)
+    if not result["survived"]:
+        raise typer.Exit(1)
+
+
+@app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (loopback by default)."),
     port: int = typer.Option(8765, min=1, max=65535, help="TCP port."),

@@ -118,7 +118,7 @@ class Supervisor:
         py, cfg = sys.executable, str(self.cfg_path)
         run = Config.read(self.cfg_path)
         self.max_restarts, self.window_s = run.loop.max_restarts, run.loop.restart_window_s
-        scoring = ["--run-id", run.run_id]
+        scoring = ["--run-id", run.run_id, "--config", cfg]
         scoring += ["--reward-rules", run.rl.reward_rules] if run.rl.reward_rules else []
         scoring += ["--reward-fn", run.rl.reward_fn] if run.rl.reward_fn else []
         scoring += ["--verifier-timeout-s", str(run.rl.verifier_timeout_s)]

@@ -10,7 +10,7 @@ Arrow's thread pool: for messages this size the pool costs more than it saves.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -106,8 +106,10 @@ def decode(
     headers: Headers | None,
     *,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    expect: Collection[str] | None = None,
 ) -> Decoded:
-    """Decode and validate one message value; raise a DecodeError subclass if it is bad."""
+    """Decode and validate one message value; raise a DecodeError subclass if it is bad, or if
+    it is an event other than the `expect`ed ones (a consumer's topics carry only those)."""
     if value is None:
         raise errors.NotArrow("message has no value (a tombstone), not an Arrow stream")
     if len(value) > max_bytes:
@@ -116,6 +118,10 @@ def decode(
             "publish smaller batches (--batch-rows)"
         )
     event = event_from_headers(headers)
+    if expect is not None and event.name not in expect:
+        raise errors.UnexpectedEvent(
+            f"a {event.name!r} event where this consumer takes {' or '.join(map(repr, expect))}"
+        )
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(value), options=_READ_OPTIONS)
         batches = list(reader)

@@ -31,6 +31,12 @@ class UnknownVersion(DecodeError):
     kind = "unknown_version"
 
 
+class UnexpectedEvent(DecodeError):
+    """A well-formed event of a kind this consumer does not take (the wrong topic)."""
+
+    kind = "unexpected_event"
+
+
 class SchemaMismatch(DecodeError):
     """The Arrow schema in the message differs from the registered one (names or types)."""
 

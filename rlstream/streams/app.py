@@ -117,10 +117,11 @@ class Glue:
             self._topics[name] = raw_topic(self.app, name)
         return self._topics[name]
 
-    async def decode(self, event) -> Decoded | None:
-        """The decoded event, or None after sending it to the dead-letter topic."""
+    async def decode(self, event, expect: tuple[str, ...] | None = None) -> Decoded | None:
+        """The decoded event (one of `expect`), or None after sending it to the dead-letter
+        topic."""
         try:
-            return decode(event.value, header_list(event.headers))
+            return decode(event.value, header_list(event.headers), expect=expect)
         except DecodeError as error:
             await self.reject(event, error)
             return None

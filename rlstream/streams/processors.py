@@ -23,7 +23,14 @@ from rlstream import metrics
 from rlstream.connectors.objectstore import ObjectStore, experience_object
 from rlstream.schemas import DecodeError, get, rows_to_batch
 from rlstream.streams.app import Glue, done, raw_topic
-from rlstream.trainers.experience import Scorer, assemble_experience, complete_groups
+from rlstream.trainers.experience import (
+    RowLimits,
+    RowRefused,
+    Scorer,
+    assemble_experience,
+    complete_groups,
+    row_problem,
+)
 
 ROLLOUTS, REWARDS, EXPERIENCE = get("rollouts"), get("rewards"), get("experience")
 
@@ -47,9 +54,29 @@ class ProcessorConfig:
     run_id: str | None = None
     """Only this run's rows (a run's processors must not re-score or re-archive the rows of
     earlier runs on the same topics, e.g. with other reward rules); None: every run's."""
+    limits: RowLimits = RowLimits()
+    """What the run's rows can hold (`row_problem`); a run's processors know its model."""
 
     def ours(self, rows: list[dict]) -> list[dict]:
         return rows if self.run_id is None else [r for r in rows if r["run_id"] == self.run_id]
+
+
+async def refuse_bad_rows(
+    glue: Glue, event, rows: list[dict], cfg: ProcessorConfig, report: bool = True
+) -> list[dict]:
+    """This run's rows of a decoded message that can be rows of it. Each other one of this run
+    is dead-lettered (its index in the message as `part`) when `report` (score_rollouts reports
+    the rollouts rows both agents read), other runs' rows are dropped."""
+    good = []
+    for i, row in enumerate(rows):
+        if cfg.run_id is not None and row["run_id"] != cfg.run_id:
+            continue
+        problem = row_problem(row, cfg.limits)
+        if problem is None:
+            good.append(row)
+        elif report:
+            await glue.reject(event, RowRefused(f"row {i}: {problem}"), part=i)
+    return good
 
 
 class VerifierFailed(DecodeError):
@@ -68,12 +95,11 @@ def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> N
     async def score(stream):
         stream = stream.noack()  # acked once scored (`done`), never when faust skips it
         async for event in stream.events():
-            decoded = await glue.decode(event)
+            decoded = await glue.decode(event, expect=("rollouts",))
             if decoded is not None:
                 metrics.PROCESSOR_EVENTS.labels("score_rollouts").inc()
-                rows, failures = await asyncio.to_thread(
-                    scorer.score, cfg.ours(decoded.to_pylist())
-                )
+                good = await refuse_bad_rows(glue, event, decoded.to_pylist(), cfg)
+                rows, failures = await asyncio.to_thread(scorer.score, good)
                 for part, _, reason in failures:
                     await glue.reject(event, VerifierFailed(reason), part=part)
                 if rows:
@@ -116,14 +142,17 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
         nonlocal completed
         stream = stream.noack()  # acked once joined and settled (`done`), never when skipped
         async for event in stream.events():
-            decoded = await glue.decode(event)
+            expect = (ROLLOUTS.name,) if event.message.topic == ROLLOUTS.topic else (REWARDS.name,)
+            decoded = await glue.decode(event, expect=expect)
             if decoded is None:
                 await done(stream, event)
                 continue
             metrics.PROCESSOR_EVENTS.labels("assemble_experience").inc()
-            kind = decoded.event.name  # "rollouts" or "rewards"
             partition = event.message.partition
-            for request_id, rows in _by_request(cfg.ours(decoded.to_pylist())).items():
+            kind = decoded.event.name  # "rollouts" or "rewards"
+            rows = decoded.to_pylist()
+            good = await refuse_bad_rows(glue, event, rows, cfg, report=kind == "rewards")
+            for request_id, rows in _by_request(good).items():
                 key = request_id.encode()
                 held = _load(pending.get(key))
                 dropped = absorb(held, kind, rows)

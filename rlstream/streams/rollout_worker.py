@@ -28,13 +28,11 @@ from rlstream.schemas import DecodeError, get, rows_to_batch
 from rlstream.streams.app import Glue, make_app, raw_topic
 from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.datasets import prompt_of_row, text_problem
+from rlstream.trainers.experience import MAX_GROUP_SIZE
 from rlstream.trainers.policy import Policy, rollout
 
 REQUESTS, ROLLOUTS = get("rollout_requests"), get("rollouts")
 log = logging.getLogger(__name__)
-
-
-MAX_GROUP_SIZE = 1024  # completions per request a worker samples in one batch
 
 
 class Unservable(DecodeError):
@@ -109,7 +107,7 @@ def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
         async for events in stream.take_events(8, within=0.05):
             requests = []
             for event in events:
-                decoded = await glue.decode(event)
+                decoded = await glue.decode(event, expect=("rollout_requests",))
                 if decoded is None:
                     continue
                 rows = [

@@ -58,6 +58,7 @@ from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.checkpoint import from_bytes, to_bytes
 from rlstream.trainers.datasets import DatasetView, prompt_problem
 from rlstream.trainers.envs import Prompt
+from rlstream.trainers.experience import RowLimits, RowRefused, row_problem
 from rlstream.trainers.selection import records_to_batch
 from rlstream.trainers.selection.policy_features import check_features, tuned_args
 from rlstream.trainers.selection.registry import build_sampler
@@ -118,7 +119,7 @@ class PromptFeed:
         pool = []
         async for record in read_topic(endpoints, PROMPTS.topic, ReadRange()):
             try:
-                rows = decode(record.value, record.headers).to_pylist()
+                rows = decode(record.value, record.headers, expect=("prompts",)).to_pylist()
             except DecodeError:
                 continue
             pool += self.admit(rows)[0]
@@ -129,7 +130,7 @@ class PromptFeed:
         dead letters for undecodable messages and refused prompts."""
         async for record in read_topic(endpoints, PROMPTS.topic, ReadRange(follow=True)):
             try:
-                rows = decode(record.value, record.headers).to_pylist()
+                rows = decode(record.value, record.headers, expect=("prompts",)).to_pylist()
             except DecodeError as error:
                 await dead.send(record, error)
                 continue
@@ -411,11 +412,12 @@ class Scheduler:
                 for records in (await c.getmany(timeout_ms=200)).values():
                     for record in records:
                         try:
-                            rows = decode(record.value, record.headers).to_pylist()
+                            decoded = decode(record.value, record.headers, expect=("rewards",))
+                            rows = decoded.to_pylist()
                         except DecodeError as error:
                             await dead.send(record, error)
                             continue
-                        self._observe([r for r in rows if r["run_id"] == self.cfg.run_id])
+                        self._observe(await self._acceptable(rows, record, dead))
                 if self.issued_rounds - self.saved_at >= self.cfg.checkpoint.every:
                     await self.checkpoint(c, store)
             await self.checkpoint(c, store)
@@ -430,6 +432,22 @@ class Scheduler:
         await asyncio.to_thread(store.put_bytes, state_object(self.cfg.run_id), data)
         await c.commit()
         self.saved_at = self.issued_rounds
+
+    async def _acceptable(self, rows: list[dict], record, dead: DeadLetters) -> list[dict]:
+        """This run's reward rows that can be rows of it; each other one of this run is
+        dead-lettered (a NaN reward would reach the sampler's statistics, a group size no
+        request has would wait in `rewards` for good)."""
+        limits = RowLimits(group_size=self.cfg.rl.group_size)
+        good = []
+        for i, row in enumerate(rows):
+            if row["run_id"] != self.cfg.run_id:
+                continue
+            problem = row_problem(row, limits)
+            if problem is None:
+                good.append(row)
+            else:
+                await dead.send(record, RowRefused(f"row {i}: {problem}"), part=i)
+        return good
 
     def _observe(self, rows: list[dict]) -> None:
         """Collect rewards per request; the groups completed by these rows go to the sampler in

@@ -32,7 +32,6 @@ import contextlib
 import itertools
 import json
 import logging
-import math
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -54,11 +53,13 @@ from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.datasets import DatasetView, usable
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
+from rlstream.trainers.experience import RowLimits, row_problem
 from rlstream.trainers.pretrain import Corpus
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
 CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
+EXPECTED = (EXPERIENCE.name,)  # what rl.experience.v2 carries
 PROMPTS = get("prompts")
 POLL_MS = 100  # experience fetch wait while a batch fills
 DEMAND_REFRESH_S = 2.0  # re-announce the groups consumed so the scheduler's pacing stays fresh
@@ -110,25 +111,7 @@ class UntrainableRow(DecodeError):
 def untrainable(row: dict, vocab_size: int, block_size: int, group_size: int) -> str | None:
     """Why this experience row cannot be trained on, or None (pure: the trainer dead-letters
     the row with this reason)."""
-    if not math.isfinite(row["reward"]):
-        return f"reward {row['reward']} is not finite"
-    if not 0 <= row["sample_idx"] < group_size:
-        return f"sample_idx {row['sample_idx']} is outside a group of {group_size}"
-    if row["policy_version"] is None or row["policy_version"] < 0:
-        return f"policy_version {row['policy_version']} is not a version"
-    prompt, completion = row["prompt_tokens"], row["completion_tokens"]
-    if not prompt:
-        return "no prompt tokens"
-    outside = [t for t in (*prompt, *completion) if not 0 <= t < vocab_size]
-    if outside:
-        return f"token id {outside[0]} is outside the vocabulary (0..{vocab_size - 1})"
-    if len(prompt) + len(completion) > block_size:
-        return f"{len(prompt) + len(completion)} tokens, more than the context ({block_size})"
-    if len(row["logprobs"]) != len(completion):
-        return f"{len(row['logprobs'])} logprobs for {len(completion)} completion tokens"
-    if not all(math.isfinite(x) for x in row["logprobs"]):
-        return "a logprob is not finite"
-    return None
+    return row_problem(row, RowLimits(vocab_size, block_size, group_size))
 
 
 class VersionWindow:
@@ -457,7 +440,8 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                 for records in (await c.getmany(timeout_ms=POLL_MS)).values():
                     for record in records:
                         try:
-                            rows = decode(record.value, record.headers).to_pylist()
+                            decoded = decode(record.value, record.headers, expect=EXPECTED)
+                            rows = decoded.to_pylist()
                         except DecodeError as error:
                             await dead.send(record, error)
                             continue

@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 import faust
 
@@ -19,7 +20,21 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.streams.app import Glue, make_app
 from rlstream.streams.processors import PROCESSORS, ProcessorConfig
+from rlstream.trainers.experience import RowLimits
 from rlstream.trainers.rewards import make_reward_fn
+
+
+def run_limits(path: Path | None) -> RowLimits:
+    """What the run's rows can hold, from its config (its tokenizer's vocabulary, its context and
+    group size); without one only what any row must satisfy is checked."""
+    if path is None:
+        return RowLimits()
+    from rlstream.config import Config
+    from rlstream.trainers.lm import load_tokenizer
+
+    cfg = Config.read(path)
+    tok = load_tokenizer(cfg.model)
+    return RowLimits(tok.vocab_size, cfg.model.block_size, cfg.rl.group_size)
 
 
 def build(app_id: str, names: list[str], cfg: ProcessorConfig, endpoints: Endpoints) -> faust.App:
@@ -45,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reward-fn", help="module:function reward function (TRL's shape)")
     parser.add_argument("--verifier-timeout-s", type=float, default=10.0)
     parser.add_argument("--run-id", help="process only this run's rows (default: every run's)")
+    parser.add_argument("--config", type=Path, help="the run's config: rows are checked against "
+                        "its model's vocabulary and context and its group size")  # fmt: skip
     parser.add_argument("--loglevel", default=os.environ.get("RLSTREAM_LOGLEVEL", "WARNING"))
     args = parser.parse_args(argv)
     endpoints = Endpoints.from_env()
@@ -53,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     reward_fn = make_reward_fn(args.reward_rules, args.reward_fn) if custom else None
     cfg = ProcessorConfig(
         args.source, args.sink, args.verifier, reward_fn, args.verifier_timeout_s, store=store,
-        run_id=args.run_id,
+        run_id=args.run_id, limits=run_limits(args.config),
     )  # fmt: skip
     app = build(args.app_id, args.processors, cfg, endpoints)
     logging.basicConfig(level=args.loglevel)

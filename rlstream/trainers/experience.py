@@ -7,12 +7,73 @@ policy version carried through from the rollout's envelope.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import dataclass
 
-from rlstream.schemas import make_event_id
+from rlstream.schemas import DecodeError, make_event_id
 from rlstream.trainers.datasets import prompt_of_row
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
+
+MAX_GROUP_SIZE = 1024
+"""The most completions one request may ask for (a worker samples a group in one batch)."""
+
+
+@dataclass(frozen=True)
+class RowLimits:
+    """What a row of a run can hold: the model's vocabulary and context, the run's group size
+    (None: not checked; the processors know only the run's group size and context)."""
+
+    vocab_size: int | None = None
+    block_size: int | None = None
+    group_size: int | None = None
+
+
+class RowRefused(DecodeError):
+    """A row that decodes but cannot be a row of the run (`row_problem`): dead-lettered."""
+
+    kind = "refused_row"
+
+
+def row_problem(row: dict, limits: RowLimits) -> str | None:
+    """Why a rollouts, rewards or experience row cannot be a row of the run, or None (pure).
+
+    Every consumer of these rows checks them before they reach its state: a NaN reward would
+    reach the scheduler's statistics and the loss, a group size no request has would hold a
+    half-joined group in the assembler's table for good, a token id outside the vocabulary
+    crashes the forward pass on every restart. Only the fields the row has are checked."""
+    group = row.get("group_size", limits.group_size)
+    if group is not None and not 1 <= group <= MAX_GROUP_SIZE:
+        return f"group_size {group} is outside 1..{MAX_GROUP_SIZE}"
+    if limits.group_size is not None and group != limits.group_size:
+        return f"group_size {group}: the run's requests ask for {limits.group_size}"
+    if group is not None and "sample_idx" in row and not 0 <= row["sample_idx"] < group:
+        return f"sample_idx {row['sample_idx']} is outside a group of {group}"
+    if "reward" in row and not math.isfinite(row["reward"]):
+        return f"reward {row['reward']} is not finite"
+    if "policy_version" in row and (row["policy_version"] is None or row["policy_version"] < 0):
+        return f"policy_version {row['policy_version']} is not a version"
+    if "completion_tokens" not in row:
+        return None
+    prompt, completion = row["prompt_tokens"], row["completion_tokens"]
+    if not prompt:
+        return "no prompt tokens"
+    if not completion:
+        return "no completion tokens (a sampled completion ends with its stop token)"
+    vocab = limits.vocab_size
+    outside = [t for t in (*prompt, *completion) if t < 0 or (vocab is not None and t >= vocab)]
+    if outside:
+        within = f" (0..{vocab - 1})" if vocab is not None else ""
+        return f"token id {outside[0]} is outside the vocabulary{within}"
+    block, length = limits.block_size, len(prompt) + len(completion)
+    if block is not None and length > block:
+        return f"{length} tokens, more than the context ({block})"
+    if len(row["logprobs"]) != len(completion):
+        return f"{len(row['logprobs'])} logprobs for {len(completion)} completion tokens"
+    if not all(math.isfinite(x) for x in row["logprobs"]):
+        return "a logprob is not finite"
+    return None
 
 
 def prompt_of(row: dict) -> Prompt:

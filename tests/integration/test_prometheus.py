@@ -1,10 +1,12 @@
 """Prometheus for real: the session's stack runs it (`rlstream stack up --prometheus`); a live
 run's processes are scraped through the file_sd targets it writes, the alert rules are loaded
-and evaluated, and a dead letter in the middle of the run makes RlstreamDeadLetters fire."""
+and evaluated, and the fuzzer's short form (`rlstream fuzz --attach`) in the middle of the run is
+dead-lettered by every owner and makes RlstreamDeadLetters fire."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -16,10 +18,12 @@ import pytest
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.ops.loop import _run_rows
-from tests.integration.test_loop import SMALL, _publish_garbage
+from tests.integration.conftest import cli
+from tests.integration.test_loop import SMALL
 
 pytestmark = pytest.mark.integration
 RUN = "prom-it"
+FUZZ = 4 * 82  # four rounds of every (defect, topic) pair rlstream fuzz has
 
 
 def _query(url: str, promql: str) -> list[dict]:
@@ -85,18 +89,31 @@ def test_a_live_run_is_scraped_and_a_dead_letter_fires_its_alert(stack_home, tmp
         kinds = {"trainer", "scheduler", "processors", "rollouts-1", "rollouts-2"}
         assert {s["metric"]["process"] for s in memory} == kinds
         assert {s["metric"]["process"] for s in cpu} == kinds
-        # garbage mid-run: the scheduler and the processors dead-letter it, and the alert fires
+        # the fuzzer's short form mid-run: every class of malformed message on every topic the
+        # loop consumes, each owner dead-letters what it owns, nothing restarts; the alert fires
         letters = f'sum(rlstream_consumer_dead_letters_total{{run_id="{RUN}"}}) or vector(0)'
         time.sleep(3)  # a scrape after the run's start-up (it dead-letters older garbage too)
         before = float(_query(url, letters)[0]["value"][1])
-        asyncio.run(_publish_garbage([get("rewards").topic]))
+        report = tmp_path / "fuzz.json"
+        fuzzed = cli("fuzz", "--attach", RUN, "--out", str(tmp_path), "--messages", str(FUZZ),
+                     "--summary", str(report), check=False)  # fmt: skip
+        figures = json.loads(report.read_text())
+        assert figures["messages_sent"] == FUZZ and fuzzed.returncode == 0, fuzzed.stdout[-4000:]
+        outcomes = figures["outcomes"]
+        assert not outcomes.get("missed") and not outcomes.get("dead_lettered_wrongly")
+        assert outcomes["dead_lettered"] > FUZZ // 2 and outcomes["left_alone"] > 0
+        assert figures["crashes"] == 0
+        kinds = set(figures["dead_letters_by_reason"])
+        assert {"not_arrow", "unknown_event", "unexpected_event", "schema_mismatch",
+                "missing_required", "refused_row", "untrainable_row"} <= kinds  # fmt: skip
+        assert "| nan_reward @ rewards |" in fuzzed.stdout  # the table per class
         firing, after = [], before
         deadline = time.monotonic() + 60
-        while not (firing and after >= before + 2) and time.monotonic() < deadline:
+        while not (firing and after >= before + FUZZ // 2) and time.monotonic() < deadline:
             time.sleep(1)
             after = float(_query(url, letters)[0]["value"][1])
             firing = _firing(url, "RlstreamDeadLetters")
-        assert after >= before + 2  # the scheduler's and the processors' dead letters
+        assert after >= before + FUZZ // 2  # every owner's dead letters, counted
         assert firing, "RlstreamDeadLetters did not fire"
         # (rl.experience.v2 may fire too: the trainer dead-letters earlier tests' garbage there)
         assert get("rewards").topic in {a["labels"]["topic"] for a in firing}
