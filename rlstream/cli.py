@@ -51,6 +51,8 @@ def print_figures(title: str, figures: dict) -> None:
     table = Table("figure", "value", title=title)
     for key, value in figures.items():
         shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+        if isinstance(value, list) and len(value) > 12:  # a series: the summary file has it
+            shown = f"{len(value)} entries (in --summary)"
         table.add_row(key, str(shown))
     console.print(table)
 

@@ -81,6 +81,9 @@ TRAINER_LOSS = Gauge(
     ["phase", "kind"],
 )
 TRAINER_ENTROPY = Gauge("rlstream_trainer_policy_entropy", "Policy entropy of the latest RL batch.")
+TRAINER_CHECKPOINT_BYTES = Gauge(
+    "rlstream_trainer_checkpoint_bytes", "Size of the trainer's latest checkpoint."
+)
 
 
 def file_sd_targets(endpoints: dict[str, str], run_id: str) -> list[dict]:

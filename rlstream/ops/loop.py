@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -222,10 +223,13 @@ class LiveFile:
 
     TRACE_EVERY_S, TRACE_MAX = 5.0, 720
 
-    def __init__(self, path: Path, cfg: Config, every_s: float = 1.0):
+    def __init__(
+        self, path: Path, cfg: Config, every_s: float = 1.0, servers: dict[str, int] | None = None
+    ):
         self.path, self.cfg, self.every_s = path, cfg, every_s
         self.at = self.traced_at = float("-inf")
         self.usage = ProcessUsage()
+        self.servers = servers or {}  # name -> pid of a local server (the broker, S3)
         try:
             self.trace: list[dict] = list(json.loads(path.read_text()).get("trace", []))
         except (OSError, ValueError, AttributeError):
@@ -248,6 +252,7 @@ class LiveFile:
                 "completions": dict(view.completions),
                 "processes": {n: [p.get("cpu_percent"), p.get("rss_mb")]
                               for n, p in figures["processes"].items()},
+                "servers": rss_mb(self.servers),
             })  # fmt: skip
             if len(self.trace) > self.TRACE_MAX:
                 self.trace = self.trace[::2]
@@ -278,6 +283,75 @@ class ProcessUsage:
                 continue
             out[c.name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(rss, 1)}
         return out
+
+
+def rss_mb(pids: dict[str, int]) -> dict[str, float]:
+    """Resident memory (MiB) of each named process still alive."""
+    import psutil
+
+    out = {}
+    for name, pid in pids.items():
+        try:
+            out[name] = round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def server_pids(endpoints: Endpoints) -> dict[str, int]:
+    """The local processes listening on the broker's and the S3 server's ports (none for a
+    remote stack): their memory is traced beside the loop's (Tansu's memory storage keeps every
+    record in RAM)."""
+    import psutil
+
+    wanted = {}
+    for name, address in (("broker", endpoints.kafka_bootstrap), ("s3", endpoints.s3_endpoint)):
+        host, _, port = address.split(",")[0].rpartition(":")
+        if host in ("127.0.0.1", "localhost", "::1", "") and port.isdigit():
+            wanted[int(port)] = name
+    try:
+        listening = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return {}
+    return {
+        wanted[c.laddr.port]: c.pid
+        for c in listening
+        if c.status == psutil.CONN_LISTEN and c.laddr.port in wanted and c.pid
+    }
+
+
+def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
+    """Memory per process and checkpoint size over the RL phase: the last value and the slope
+    per 1,000 RL steps (least squares; None with fewer than 3 points over 10 steps). A soak
+    run's target is flat (`benchmarks/soak.yaml`)."""
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for t in trace:
+        if not t.get("rl_step"):
+            continue
+        for name, (_, rss) in t.get("processes", {}).items():
+            if rss is not None:
+                series[name].append((t["rl_step"], rss))
+        for name, rss in t.get("servers", {}).items():
+            series[name].append((t["rl_step"], rss))
+    sizes = [(step, size) for step, size in checkpoint_sizes if step]
+    return {
+        "rss_mb_end": {n: pts[-1][1] for n, pts in sorted(series.items())},
+        "rss_mb_slope_per_1k_steps": {n: slope_per_1k(pts) for n, pts in sorted(series.items())},
+        "checkpoint_bytes_end": sizes[-1][1] if sizes else None,
+        "checkpoint_bytes_slope_per_1k_steps": slope_per_1k(sizes),
+    }
+
+
+def slope_per_1k(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of value on step, per 1,000 steps (pure)."""
+    if len(points) < 3 or points[-1][0] - points[0][0] < 10:
+        return None
+    import numpy as np
+
+    steps, values = np.array(points, dtype=float).T
+    if np.ptp(steps) == 0:
+        return None
+    return round(float(np.polyfit(steps, values, 1)[0]) * 1000, 2)
 
 
 def live_figures(cfg: Config, view, sup: Supervisor) -> dict:
@@ -359,7 +433,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         if endpoints.prometheus_targets:
             scraped = Path(endpoints.prometheus_targets) / f"{cfg.run_id}.json"
             scraped.write_text(json.dumps(targets, indent=2))
-        live = LiveFile(out / LIVE_FILE, cfg)
+        live = LiveFile(out / LIVE_FILE, cfg, servers=server_pids(endpoints))
         tracked = {"at": time.monotonic()}
 
         def tick(news: list[str]) -> None:
@@ -393,6 +467,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 "wall_s": round(time.monotonic() - started, 1),
             }
         )
+        summary |= resource_figures(live.trace, summary.get("checkpoint_sizes", []))
         report = write_report(out, summary, watcher.view)
         store = ObjectStore(endpoints)
         for path in (report, out / "curves.png"):

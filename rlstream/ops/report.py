@@ -70,11 +70,17 @@ def write_report(out: Path, summary: dict, view: RunView) -> Path:
         "| figure | value |",
         "|---|---|",
     ]
-    lines += [f"| {k} | {v} |" for k, v in summary.items() if not isinstance(v, dict)]
+    lines += [f"| {k} | {v} |" for k, v in summary.items()
+              if not isinstance(v, dict) and not (isinstance(v, list) and len(v) > 12)]  # fmt: skip
     by_task = summary.get("final_by_task") or {}
     if by_task:
         lines += ["", "| task | final greedy accuracy |", "|---|---|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in sorted(by_task.items())]
+    memory, slopes = summary.get("rss_mb_end") or {}, summary.get("rss_mb_slope_per_1k_steps") or {}
+    if memory:
+        lines += ["", "| process | resident memory at the end (MiB) | MiB per 1,000 RL steps |",
+                  "|---|---|---|"]  # fmt: skip
+        lines += [f"| {k} | {v} | {slopes.get(k)} |" for k, v in memory.items()]
     refused = summary.get("bad_rows") or {}
     if refused:
         lines += ["", "## Rows refused at publish", ""]

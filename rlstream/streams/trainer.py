@@ -60,6 +60,7 @@ from rlstream.trainers.rl import Experience
 log = logging.getLogger(__name__)
 CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
 EXPECTED = (EXPERIENCE.name,)  # what rl.experience.v2 carries
+CHECKPOINT_SIZES_KEPT = 200  # (step, bytes) pairs in the summary (older ones thinned)
 PROMPTS = get("prompts")
 POLL_MS = 100  # experience fetch wait while a batch fills
 DEMAND_REFRESH_S = 2.0  # re-announce the groups consumed so the scheduler's pacing stays fresh
@@ -174,6 +175,7 @@ class StreamTrainer:
         self.pending: dict[str, dict[int, dict]] = defaultdict(dict)
         self.ready: list[list[dict]] = []
         self.ledger: list[dict] = []  # outcomes since the last checkpoint
+        self.checkpoint_sizes: list[tuple[int, int]] = []  # (rl step, bytes), this process's
 
     def state_dict(self) -> dict:
         """The train state plus the stream's: ids seen and trained (within the trainable
@@ -219,7 +221,11 @@ class StreamTrainer:
             name = f"{ledger_prefix(self.cfg.run_id)}upto-{self.state.rl_step:06d}.parquet"
             self.store.put_parquet(name, pa.Table.from_pylist(self.ledger, LEDGER_SCHEMA))
             self.ledger = []
-        save_checkpoint(self.ckpts, step, self.state_dict(), keep_last=ck.keep_last)
+        size = save_checkpoint(self.ckpts, step, self.state_dict(), keep_last=ck.keep_last)
+        prom.TRAINER_CHECKPOINT_BYTES.set(size)
+        self.checkpoint_sizes.append((self.state.rl_step, size))
+        if len(self.checkpoint_sizes) > 2 * CHECKPOINT_SIZES_KEPT:  # thinned, oldest first
+            del self.checkpoint_sizes[:-CHECKPOINT_SIZES_KEPT:2]
 
     def record_untrained(self) -> None:
         """The groups taken but never trained when the run ends (their offsets are committed)."""
@@ -575,6 +581,7 @@ def summarize(trainer: StreamTrainer, final: dict) -> dict:
         "policy_lag_histogram": {
             int(k[4:]): int(v) for k, v in sorted(c.items()) if k.startswith("lag_")
         },
+        "checkpoint_sizes": [list(p) for p in trainer.checkpoint_sizes],
     }
 
 

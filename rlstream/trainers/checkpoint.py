@@ -95,15 +95,17 @@ def from_bytes(data: bytes) -> dict:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
-def save_checkpoint(store: CheckpointStore, step: int, state: dict, keep_last: int = 3) -> str:
-    """Write state (plus global RNG states) as step-<n>.pt; delete all but the newest keep_last."""
+def save_checkpoint(store: CheckpointStore, step: int, state: dict, keep_last: int = 3) -> int:
+    """Write state (plus global RNG states) as step-<n>.pt; delete all but the newest keep_last.
+    Returns the checkpoint's size in bytes."""
     name = checkpoint_name(step)
-    store.save_bytes(name, to_bytes(state | {"rng": rng_state(), "step": step}))
+    data = to_bytes(state | {"rng": rng_state(), "step": step})
+    store.save_bytes(name, data)
     ckpts = [n for n in store.list() if n.startswith("step-") and n.endswith(".pt")]
     if hasattr(store, "delete"):  # retention needs delete; a store without it keeps everything
         for old in ckpts[:-keep_last] if keep_last > 0 else []:
             store.delete(old)
-    return name
+    return len(data)
 
 
 def latest_checkpoint(store: CheckpointStore) -> dict | None:

@@ -143,6 +143,16 @@ def test_the_loop_completes_and_reports(loop_run):
     assert figures["experience_trained"] == STEPS * P * G - figures["stale_dropped"] * G
     assert sum(figures["policy_lag_histogram"].values()) == figures["groups_consumed"]
     assert 0 < figures["request_to_experience_p50_ms"] <= figures["request_to_experience_p99_ms"]
+    # what a soak run is judged by: each process's memory (and the local broker's and S3
+    # server's) over the RL phase, and every checkpoint's size (pre-training's last, step 0;
+    # the final one)
+    memory = figures["rss_mb_end"]
+    assert {"trainer", "scheduler", "processors", "broker", "s3"} <= set(memory), memory
+    assert all(mib > 10 for mib in memory.values())
+    sizes = dict(figures["checkpoint_sizes"])
+    assert {0, STEPS} <= set(sizes) and min(sizes.values()) > 100_000
+    assert figures["checkpoint_bytes_end"] == sizes[STEPS]
+    assert "| trainer |" in (out / "loop-it" / "report.md").read_text()
     # Prometheus can scrape the run: one file_sd target per process, where metrics.json says
     served = json.loads((out / "loop-it" / "metrics.json").read_text())
     targets = json.loads((out / "loop-it" / "prometheus-targets.json").read_text())
