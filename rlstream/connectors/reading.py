@@ -126,6 +126,18 @@ async def read_topic(
         await c.stop()
 
 
+def carried_by(topic: str) -> tuple[str, ...] | None:
+    """The event a live-loop topic carries (a reader takes no other kind: a well-formed event
+    on the wrong topic is refused like a malformed one), or None for a topic of no one event
+    (a derived topic, the dead letters)."""
+    from rlstream.schemas.registry import resolve_topic
+
+    try:
+        return (resolve_topic(topic).name,)
+    except KeyError:
+        return None
+
+
 async def read_run_rows(endpoints: Endpoints, topic: str, run_id: str) -> list[dict]:
     """The decoded rows of `run_id` on `topic`, read from the beginning to the highwater.
     Undecodable messages are skipped (their consumers dead-letter them)."""
@@ -137,10 +149,10 @@ async def read_rows_where(endpoints: Endpoints, topic: str, keep) -> list[dict]:
     Undecodable messages are skipped (their consumers dead-letter them)."""
     from rlstream.schemas import DecodeError, decode
 
-    rows = []
+    rows, expect = [], carried_by(topic)
     async for record in read_topic(endpoints, topic, ReadRange()):
         try:
-            batch = decode(record.value, record.headers).to_pylist()
+            batch = decode(record.value, record.headers, expect=expect).to_pylist()
         except DecodeError:
             continue
         rows += [r for r in batch if keep(r)]
@@ -169,7 +181,8 @@ async def follow_run(
             for records in (await c.getmany(timeout_ms=poll_ms)).values():
                 for record in records:
                     try:
-                        decoded = decode(record.value, record.headers)
+                        decoded = decode(record.value, record.headers,
+                                         expect=carried_by(record.topic))  # fmt: skip
                     except DecodeError:
                         continue
                     rows = [r for r in decoded.to_pylist() if r["run_id"] == run_id]

@@ -278,7 +278,9 @@ class Injector:
 PROGRESS_EVERY_S = 10.0
 
 
-def wait_for(predicate, timeout_s: float, what: str, live: Live | None = None, say=None) -> None:
+def wait_for(
+    predicate, timeout_s: float, what: str, live: Live | None = None, say=None, who: str = "chaos"
+) -> None:
     """Poll predicate every 0.2 s; a plain progress line every PROGRESS_EVERY_S meanwhile."""
     deadline = time.monotonic() + timeout_s
     said = time.monotonic()
@@ -288,7 +290,7 @@ def wait_for(predicate, timeout_s: float, what: str, live: Live | None = None, s
         if say and time.monotonic() - said > PROGRESS_EVERY_S:
             said = time.monotonic()
             state = live.read() if live else {}
-            say(f"chaos: {time.strftime('%H:%M:%S')} waiting for {what}: phase "
+            say(f"{who}: {time.strftime('%H:%M:%S')} waiting for {what}: phase "
                 f"{state.get('phase')}, rl step {state.get('rl_step')}")  # fmt: skip
         time.sleep(0.2)
 
@@ -537,7 +539,7 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
     topic = get("experience").topic
     async for record in read_topic(endpoints, topic, ReadRange()):
         try:
-            rows = decode(record.value, record.headers).to_pylist()
+            rows = decode(record.value, record.headers, expect=("experience",)).to_pylist()
         except DecodeError:
             continue  # dead-lettered by the consumers; not experience of this run
         for r in rows:
@@ -609,7 +611,7 @@ async def trace_requests(endpoints: Endpoints, cfg: Config, ids: list[str]) -> d
     for name in ("rollout_requests", "rollouts", "rewards", "experience"):
         async for record in read_topic(endpoints, get(name).topic, ReadRange()):
             try:
-                rows = decode(record.value, record.headers).to_pylist()
+                rows = decode(record.value, record.headers, expect=(name,)).to_pylist()
             except DecodeError:
                 continue
             for r in rows:

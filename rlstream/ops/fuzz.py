@@ -217,13 +217,17 @@ def messages(cfg: Config, n: int, seed: int) -> list[FuzzMessage]:
     return [build(c, e, cfg, rng, i) for i, (c, e) in enumerate(plan(n, seed))]
 
 
-async def send(endpoints: Endpoints, batch: list[FuzzMessage], rate_per_s: float, stop) -> int:
+async def send(
+    endpoints: Endpoints, batch: list[FuzzMessage], rate_per_s: float, stop, say=None
+) -> int:
     """Publish the messages at about `rate_per_s` until `stop()`; record where each landed."""
     from rlstream.connectors.kafka import producer
+    from rlstream.ops.chaos import PROGRESS_EVERY_S
 
     p = producer(endpoints)
     await p.start()
     sent, started = 0, time.monotonic()
+    said = started
     try:
         for m in batch:
             if stop():
@@ -232,6 +236,9 @@ async def send(endpoints: Endpoints, batch: list[FuzzMessage], rate_per_s: float
                                        headers=m.headers))  # fmt: skip
             m.where = (meta.topic, meta.partition, meta.offset)
             sent += 1
+            if say and time.monotonic() - said > PROGRESS_EVERY_S:
+                said = time.monotonic()
+                say(f"fuzz: {time.strftime('%H:%M:%S')} sent {sent} of {len(batch)}")
             ahead = sent / rate_per_s - (time.monotonic() - started)
             if ahead > 0:
                 await asyncio.sleep(ahead)
@@ -310,7 +317,7 @@ def run_fuzz(cfg: Config, out_root: Path, args: FuzzArgs, say=print) -> dict:
         base = None
         if args.baseline:
             say(f"fuzz: baseline run {cfg.run_id}-base (no fuzz)")
-            base = _run(cfg.run_id + "-base", cfg, out_root, env)
+            base = _run(cfg.run_id + "-base", cfg, out_root, env, args, say)
         run_id = cfg.run_id
         run_dir = out_root / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -327,15 +334,17 @@ def run_fuzz(cfg: Config, out_root: Path, args: FuzzArgs, say=print) -> dict:
         try:
             live = Live(run_dir / "live.json")
             wait_for(lambda: run.poll() is not None or live.phase() == "rl",
-                     args.run_timeout_s, "the RL phase", live, say)  # fmt: skip
+                     args.run_timeout_s, "the RL phase", live, say, who="fuzz")  # fmt: skip
             last = int(cfg.rl.steps * args.stop_sending_at)
 
             def over() -> bool:
                 return run.poll() is not None or live.step() >= last
 
-            sent = asyncio.run(send(endpoints, batch, args.rate_per_s, over))
+            sent = asyncio.run(send(endpoints, batch, args.rate_per_s, over, say))
             say(f"fuzz: sent {sent} messages by step {live.step()}; waiting for the run")
-            code = run.wait(args.run_timeout_s)
+            wait_for(lambda: run.poll() is not None, args.run_timeout_s, "the run's end", live,
+                     say, who="fuzz")  # fmt: skip
+            code = run.wait()
         finally:
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
@@ -373,7 +382,7 @@ def fuzz_live(
     live = Live(out_root / cfg.run_id / "live.json")
     say(f"fuzz: {len(batch)} malformed messages into run {cfg.run_id} at {args.rate_per_s:.0f}/s")
     started = time.time()
-    sent = asyncio.run(send(endpoints, batch, args.rate_per_s, lambda: False))
+    sent = asyncio.run(send(endpoints, batch, args.rate_per_s, lambda: False, say))
     deadline = time.monotonic() + timeout_s
     while True:
         audit = asyncio.run(account(endpoints, cfg.run_id, batch[:sent]))
@@ -408,13 +417,24 @@ def _run_cmd(run_id: str, cfg_file: Path, out_root: Path) -> list[str]:
             "--summary", str(out_root / run_id / "run-summary.json")]  # fmt: skip
 
 
-def _run(run_id: str, cfg: Config, out_root: Path, env: dict) -> dict:
+def _run(run_id: str, cfg: Config, out_root: Path, env: dict, args: FuzzArgs, say) -> dict:
+    """An unfuzzed run to its end (a progress line every few seconds); its summary."""
+    from rlstream.ops.chaos import Live, wait_for
+
     (out_root / run_id).mkdir(parents=True, exist_ok=True)
     cfg_file = out_root / run_id / "fuzz-config.json"
     cfg.write(cfg_file)
     with open(out_root / run_id / "fuzz-run.log", "w") as log:
-        code = subprocess.run(_run_cmd(run_id, cfg_file, out_root), stdout=log,
-                              stderr=subprocess.STDOUT, env=env).returncode  # fmt: skip
+        cmd = _run_cmd(run_id, cfg_file, out_root)
+        run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)  # fmt: skip
+        try:
+            wait_for(lambda: run.poll() is not None, args.run_timeout_s, "the baseline's end",
+                     Live(out_root / run_id / "live.json"), say, who="fuzz")  # fmt: skip
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+        code = run.wait()
     if code != 0:
         raise RuntimeError(f"the baseline run exited with {code}: see {log.name}")
     return json.loads((out_root / run_id / "run-summary.json").read_text())

@@ -73,3 +73,17 @@ def test_rows_of_the_run_are_checked_against_its_limits():
     assert "token id -1 is outside the vocabulary" in row_problem(
         rollout | {"completion_tokens": [-1], "logprobs": [0.0]}, RowLimits()
     )  # no vocabulary known: negative ids are still refused
+
+
+def test_readers_of_a_topic_take_only_its_event():
+    """`rlstream run`'s own figures read the topics too: a rewards event on rl.prompts.v1 ended
+    the fuzzed benchmark run with a KeyError in its summary (fixed: `carried_by`)."""
+    from rlstream.connectors.reading import carried_by
+    from rlstream.schemas import get
+
+    assert carried_by(get("prompts").topic) == ("prompts",)
+    assert carried_by("rl.rewards.v1.rescored") is None  # a derived topic: any kind
+    rng = __import__("random").Random(0)
+    wrong = fuzz.build("wrong_topic", "prompts", CFG, rng, 0)
+    with pytest.raises(DecodeError, match="a 'rewards' event where this consumer takes"):
+        decode(wrong.value, wrong.headers, expect=carried_by(get("prompts").topic))
