@@ -470,8 +470,12 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         summary |= resource_figures(live.trace, summary.get("checkpoint_sizes", []))
         report = write_report(out, summary, watcher.view)
         store = ObjectStore(endpoints)
-        for path in (report, out / "curves.png"):
-            store.put_file(f"{cfg.run_id}/reports/{path.name}", path)
+        try:  # the copy beside the run's other objects; the run's own files are the record
+            for path in (report, out / "curves.png"):
+                store.put_file(f"{cfg.run_id}/reports/{path.name}", path)
+        except Exception as exc:  # noqa: BLE001  (an S3 failure after the retries: say so)
+            print(f"warning: the report stays in {out} only: uploading it failed ({exc})",
+                  file=sys.stderr)  # fmt: skip
         if tracker is not None:
             safely(tracker, "log_evals", list(watcher.view.evals))
             versions = asyncio.run(_run_rows(endpoints, "policy_versions", cfg.run_id))
