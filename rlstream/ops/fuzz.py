@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -303,7 +303,6 @@ class FuzzArgs:
     baseline: bool = True
     stop_sending_at: float = 0.7  # share of rl.steps after which no more fuzz is sent
     run_timeout_s: float = 3600.0
-    extra: dict = field(default_factory=dict)
 
 
 def run_fuzz(cfg: Config, out_root: Path, args: FuzzArgs, say=print) -> dict:

@@ -57,9 +57,6 @@ class ProcessorConfig:
     limits: RowLimits = RowLimits()
     """What the run's rows can hold (`row_problem`); a run's processors know its model."""
 
-    def ours(self, rows: list[dict]) -> list[dict]:
-        return rows if self.run_id is None else [r for r in rows if r["run_id"] == self.run_id]
-
 
 async def refuse_bad_rows(
     glue: Glue, event, rows: list[dict], cfg: ProcessorConfig, report: bool = True
