@@ -101,7 +101,7 @@ async def decoded_messages(
     async for record in read_topic(endpoints, event.topic, rng, progress):
         message = DecodedMessage(record.partition, record.offset, record.timestamp)
         try:
-            batch = decode(record.value, record.headers).batch
+            batch = decode(record.value, record.headers, expect=(event.name,)).batch
         except DecodeError as exc:
             message.error = exc
         else:
