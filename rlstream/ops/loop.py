@@ -321,21 +321,22 @@ def server_pids(endpoints: Endpoints) -> dict[str, int]:
 
 
 def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
-    """Memory per process and checkpoint size over the RL phase: the last value and the slope
-    per 1,000 RL steps (least squares; None with fewer than 3 points over 10 steps). A soak
+    """Memory per process: the last value seen (a process that finished first was last seen
+    before the end) and the slope per 1,000 RL steps over the RL phase (least squares; None
+    with fewer than 3 points over 10 steps); the same slope of the checkpoint's size. A soak
     run's target is flat (`benchmarks/soak.yaml`)."""
-    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)  # RL phase only
+    last: dict[str, float] = {}
     for t in trace:
-        if not t.get("rl_step"):
-            continue
-        for name, (_, rss) in t.get("processes", {}).items():
-            if rss is not None:
-                series[name].append((t["rl_step"], rss))
-        for name, rss in t.get("servers", {}).items():
-            series[name].append((t["rl_step"], rss))
+        step = t.get("rl_step") or 0
+        seen = {n: rss for n, (_, rss) in t.get("processes", {}).items() if rss is not None}
+        for name, rss in (seen | t.get("servers", {})).items():
+            last[name] = rss
+            if step:
+                series[name].append((step, rss))
     sizes = [(step, size) for step, size in checkpoint_sizes if step]
     return {
-        "rss_mb_end": {n: pts[-1][1] for n, pts in sorted(series.items())},
+        "rss_mb_end": dict(sorted(last.items())),
         "rss_mb_slope_per_1k_steps": {n: slope_per_1k(pts) for n, pts in sorted(series.items())},
         "checkpoint_bytes_end": sizes[-1][1] if sizes else None,
         "checkpoint_bytes_slope_per_1k_steps": slope_per_1k(sizes),
