@@ -3,6 +3,9 @@
 - Producers write one record per Kafka record batch (`max_batch_size=1`): Tansu's ListOffsets
   is wrong for multi-record batches. No idempotence, no transactions (the broker has neither):
   delivery is at-least-once and sinks de-duplicate by `event_id`.
+- A send the broker refuses (a durable broker whose S3 server is down answers UnknownError) is
+  sent again with backoff for the S3 retry budget (`objectstore.retry_budget_s`) before it
+  fails: an outage stalls the producer instead of crashing it.
 - Consumers never auto-commit: offsets are committed by hand after the side effect.
 - Topics are created up front with their final partition count (no CreatePartitions).
 """
@@ -15,13 +18,32 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from rlstream import metrics
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.objectstore import retry_budget_s
 from rlstream.schemas import DEFAULT_MAX_MESSAGE_BYTES, EventType, all_events, encode
 
 log = logging.getLogger(__name__)
+
+
+def broker_retrying() -> AsyncRetrying:
+    """Backoff for sending a message the broker refused again: for the S3 retry budget, as a
+    durable broker's outage is its S3 server's."""
+    return AsyncRetrying(
+        retry=retry_if_exception_type(KafkaError),
+        stop=stop_after_delay(retry_budget_s()),
+        wait=wait_exponential(multiplier=0.1, max=2),
+        reraise=True,
+    )
+
+
+def warn_refused(topic: str, error: BaseException) -> None:
+    log.warning("broker refused a send to %s (%r); retrying for up to %.0f s",
+                topic, error, retry_budget_s())  # fmt: skip
 
 
 class TopicConfigError(RuntimeError):
@@ -158,7 +180,7 @@ class EventProducer:
         """Send `batch` split by key partition to the event's topic (or `topic`); returns the
         delivery metadata (or the futures when wait=False)."""
         topic = topic or event.topic
-        futures = []
+        futures, messages = [], []
         for partition, part in split_by_partition(event, batch):
             value, headers = encode(event, part)
             key = str(part.column(event.key)[0].as_py()).encode()
@@ -167,14 +189,39 @@ class EventProducer:
             metrics.MESSAGES_PUBLISHED.labels(topic).inc()
             metrics.BYTES_PUBLISHED.labels(topic).inc(len(value))
             metrics.EVENTS_PUBLISHED.labels(topic).inc(part.num_rows)
-            futures.append(
-                await self._producer.send(
-                    topic, value, key=key, partition=partition, headers=headers
+            messages.append((value, key, partition, headers))
+            try:
+                futures.append(
+                    await self._producer.send(
+                        topic, value, key=key, partition=partition, headers=headers
+                    )
                 )
-            )
-        if wait:
-            return [await f for f in futures]
-        return futures
+            except KafkaError as error:  # no metadata from the broker: sent again below
+                if not wait:
+                    raise
+                futures.append(error)
+        if not wait:
+            return futures
+        delivered = []
+        for future, message in zip(futures, messages, strict=True):
+            try:
+                if isinstance(future, KafkaError):
+                    raise future
+                delivered.append(await future)
+            except KafkaError as error:
+                delivered.append(await self._send_again(topic, *message, error))
+        return delivered
+
+    async def _send_again(self, topic: str, value, key, partition, headers, error) -> object:
+        """Send one refused message again, with backoff, until the retry budget is spent."""
+        warn_refused(topic, error)
+        return await broker_retrying()(self._deliver, topic, value, key, partition, headers)
+
+    async def _deliver(self, topic: str, value, key, partition, headers) -> object:
+        sent = await self._producer.send(
+            topic, value, key=key, partition=partition, headers=headers
+        )
+        return await sent
 
     async def send_encoded(
         self, topic: str, value: bytes, headers: Sequence, key: bytes | None, partition: int

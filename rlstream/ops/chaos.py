@@ -13,6 +13,9 @@ one at a time, each after the loop recovered from the one before:
   stop:rollouts-N
       SIGSTOP for the session timeout + 4 s, then SIGCONT: a frozen member, evicted by a
       rebalance, that comes back.
+  kill:broker
+      SIGKILL of the broker, restarted on its port after `broker_down_s`; the stack is durable
+      (Tansu's log in the S3 server) whenever this kind is scheduled, so no record is lost.
   s3-down
       the S3 server stopped for `s3_down_s`, then restarted on its ports with its data.
   qdrant-down
@@ -30,7 +33,8 @@ group on rl.experience.v2 (the drain), and the audit checks, by event id, from t
 the trainer's ledger and the archive:
 - nothing lost: every rollout request became one group of G rows that the trainer trained,
   dropped as stale or filtered, or that was still unconsumed (past the trainer's committed
-  offsets) or untrained when the run ended;
+  offsets), untrained when the run ended, or held in the trainer's newest checkpoint (taken,
+  its offsets committed, trained by a resumed run);
 - no experience row trained twice (an event id trained in two ledger entries);
 - the archive holds exactly the published experience, once;
 - the run completed all its steps (`--until faults`: stopped cleanly by its Ctrl-C).
@@ -59,7 +63,7 @@ from rlstream.schemas import get
 
 PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
                   "kill:processors", "kill:rollouts", "stop:rollouts")  # fmt: skip
-STORE_FAULTS = ("s3-down", "qdrant-down")
+STORE_FAULTS = ("kill:broker", "s3-down", "qdrant-down")
 FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS
 UNTRAINED = ("stale", "filtered", "untrained_at_end")
 UNTIL = {
@@ -82,6 +86,7 @@ class ChaosArgs:
     seed: int = 0
     kinds: tuple[str, ...] = FAULT_KINDS
     s3_down_s: float = 30.0
+    broker_down_s: float = 5.0
     qdrant_down_s: float = 30.0
     warmup_steps: int = 2  # RL steps before the first fault
     tail_steps: int = 3  # steps left fault-free at the end
@@ -122,7 +127,9 @@ def schedule(args: ChaosArgs, workers: int) -> list[Fault]:
     out = out[: args.faults]
     worker = rng.randrange(workers)
     for f in out:
-        if f.kind.endswith("rollouts"):
+        if f.kind == "kill:broker":
+            f.target = "broker"
+        elif f.kind.endswith("rollouts"):
             worker = worker % workers + 1
             f.target = f"rollouts-{worker}"
         elif f.kind.startswith(("kill:", "stop:")):
@@ -219,6 +226,12 @@ class Injector:
     def inject(self, fault: Fault) -> None:
         if fault.kind == "kill:trainer@checkpoint":
             fault.detail = self._kill_during_checkpoint()
+        elif fault.kind == "kill:broker":
+            fault.injected = time.time()
+            self.stack.kill_server("tansu")
+            time.sleep(self.args.broker_down_s)
+            self.stack.start_server("tansu")
+            fault.detail = {"down_s": self.args.broker_down_s}
         elif fault.kind.startswith("kill:"):
             fault.injected = time.time()
             os.kill(pid_of(self.run_pid, fault.target), signal.SIGKILL)
@@ -309,7 +322,8 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     cfg = replace(cfg, loop=replace(cfg.loop, max_restarts=max(cfg.loop.max_restarts, len(faults))))
     home = run_dir / "home"  # no other stack's endpoints.json may be read by the run
     home.mkdir(exist_ok=True)
-    with EmbeddedStack(run_dir / "stack") as stack:
+    durable = "kill:broker" in {f.kind for f in faults}  # a restarted broker keeps its log
+    with EmbeddedStack(run_dir / "stack", durable=durable) as stack:
         env = os.environ | stack.endpoints.as_env()
         env |= {
             "RLSTREAM_HOME": str(home),
@@ -459,7 +473,7 @@ def _figures_of(state: dict) -> dict:
 def _one_fault(run, live: Live, injector: Injector, fault: Fault, args, say) -> None:
     """Inject `fault`, then wait until the faulted process works again and a step is trained."""
     fault.step = live.step()
-    store_fault = fault.target in ("s3", "qdrant")
+    store_fault = fault.target in ("broker", "s3", "qdrant")
     if not store_fault:
         wait_for(lambda: live.running(fault.target), args.recovery_timeout_s,
                  f"{fault.target} to be running", live, say)  # fmt: skip
@@ -562,6 +576,7 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
         outcomes[e["request_id"]].add(e["outcome"])
         if e["outcome"] == "trained":
             trained.update(e["event_ids"])
+    held = held_in_checkpoint(store, run_id)
     accounted = Counter()
     lost: list[str] = []
     for rid in sorted(requests):
@@ -569,6 +584,8 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
             accounted["trained"] += 1
         elif outcomes.get(rid):
             accounted[sorted(outcomes[rid] & set(UNTRAINED))[0]] += 1
+        elif rid in held:
+            accounted["held_in_checkpoint"] += 1
         elif rid in first_offset and first_offset[rid][1] >= committed_at.get(
             first_offset[rid][0], 0
         ):
@@ -591,6 +608,21 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
         "archive_matches_published": set(archived) == set(published)
         and len(archived) == len(set(archived)),
     }
+
+
+def held_in_checkpoint(store, run_id: str) -> set[str]:
+    """The requests whose rows the trainer's newest checkpoint holds, taken but not trained yet:
+    their offsets were committed with it, and a resumed run trains them (a run stopped with
+    Ctrl-C writes no final checkpoint, whose ledger would say `untrained_at_end`)."""
+    from rlstream.connectors.objectstore import PrefixStore, checkpoint_prefix
+    from rlstream.trainers.checkpoint import latest_checkpoint
+
+    ck = latest_checkpoint(PrefixStore(store, checkpoint_prefix(run_id)))
+    if ck is None:
+        return set()
+    stream = ck["stream"]
+    groups = [*stream["ready"], *stream["pending"].values()]
+    return {rows[0]["request_id"] for rows in groups if rows}
 
 
 async def trace_requests(endpoints: Endpoints, cfg: Config, ids: list[str]) -> dict:

@@ -215,6 +215,12 @@ class EmbeddedStack:
         procs.terminate(self.servers[i].pid)
         self._procs[i].wait(timeout=10)
 
+    def kill_server(self, name: str) -> None:
+        """SIGKILL one server, as a crash would (what it had not written is gone)."""
+        i = self._index(name)
+        self._procs[i].kill()
+        self._procs[i].wait(timeout=10)
+
     def start_server(self, name: str, timeout_s: float = 60.0) -> None:
         """Start a stopped server again with its command, ports and data."""
         i = self._index(name)

@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import faust
+import mode
 import pyarrow as pa
+from aiokafka.errors import KafkaError
 
 from rlstream import metrics
 from rlstream.connectors.deadletter import dead_letter_batch
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import split_by_partition
+from rlstream.connectors.kafka import broker_retrying, split_by_partition, warn_refused
 from rlstream.schemas import Decoded, DecodeError, EventType, decode, encode, get
 from rlstream.streams import transport
 
@@ -76,6 +78,10 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
         topic_partitions=4,
         table_standby_replicas=0,
         Event=ProcessedEvent,
+        # an agent that raises ends the process, and the supervisor restarts it: faust's
+        # default restarts the agent alone, and the message it held stays unacked for good (the
+        # next rebalance waits for it forever: the whole consumer group stalls)
+        agent_supervisor=mode.CrashingSupervisor,
         web_enabled=False,
         # faust's default is ./<app id>-data: keep the user's working directory clean
         datadir=str(data_root() / "{conf.name}-data"),
@@ -151,13 +157,23 @@ class Glue:
         await producer.flush()
 
     async def emit(self, event: EventType, batch: pa.RecordBatch, topic: str | None = None):
-        """Send `batch` split by key partition and wait until the broker has it."""
+        """Send `batch` split by key partition and wait until the broker has it; a send the
+        broker refuses is sent again with backoff for the S3 retry budget (a durable broker
+        whose S3 server is down refuses them all), and only then fails the agent."""
         target = self.topic(topic or event.topic)
         for partition, part in split_by_partition(event, batch):
             value, headers = encode(event, part)
             key = str(part.column(event.key)[0].as_py()).encode()
-            future = await target.send(key=key, value=value, headers=headers, partition=partition)
-            await future
+
+            async def deliver(key=key, value=value, headers=headers, partition=partition):
+                sent = await target.send(key=key, value=value, headers=headers, partition=partition)
+                await sent
+
+            try:
+                await deliver()
+            except KafkaError as error:
+                warn_refused(target.get_topic_name(), error)
+                await broker_retrying()(deliver)
             metrics.MESSAGES_PUBLISHED.labels(target.get_topic_name()).inc()
             metrics.EVENTS_PUBLISHED.labels(target.get_topic_name()).inc(part.num_rows)
 
