@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import faust
 
@@ -29,6 +30,7 @@ from rlstream.trainers.experience import (
     Scorer,
     assemble_experience,
     complete_groups,
+    keep_rows_of_run,
     row_problem,
 )
 
@@ -64,16 +66,12 @@ async def refuse_bad_rows(
     """This run's rows of a decoded message that can be rows of it. Each other one of this run
     is dead-lettered (its index in the message as `part`) when `report` (score_rollouts reports
     the rollouts rows both agents read), other runs' rows are dropped."""
-    good = []
-    for i, row in enumerate(rows):
-        if cfg.run_id is not None and row["run_id"] != cfg.run_id:
-            continue
-        problem = row_problem(row, cfg.limits)
-        if problem is None:
-            good.append(row)
-        elif report:
+
+    async def refuse(i: int, row: dict, problem: str) -> None:
+        if report:
             await glue.reject(event, RowRefused(f"row {i}: {problem}"), part=i)
-    return good
+
+    return await keep_rows_of_run(rows, cfg.run_id, partial(row_problem, limits=cfg.limits), refuse)
 
 
 class VerifierFailed(DecodeError):

@@ -44,6 +44,7 @@ import signal
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from rlstream import metrics
@@ -58,7 +59,7 @@ from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.checkpoint import from_bytes, to_bytes
 from rlstream.trainers.datasets import DatasetView, prompt_problem
 from rlstream.trainers.envs import Prompt
-from rlstream.trainers.experience import RowLimits, RowRefused, row_problem
+from rlstream.trainers.experience import RowLimits, RowRefused, keep_rows_of_run, row_problem
 from rlstream.trainers.selection import records_to_batch
 from rlstream.trainers.selection.policy_features import check_features, tuned_args
 from rlstream.trainers.selection.registry import build_sampler
@@ -438,16 +439,12 @@ class Scheduler:
         dead-lettered (a NaN reward would reach the sampler's statistics, a group size no
         request has would wait in `rewards` for good)."""
         limits = RowLimits(group_size=self.cfg.rl.group_size)
-        good = []
-        for i, row in enumerate(rows):
-            if row["run_id"] != self.cfg.run_id:
-                continue
-            problem = row_problem(row, limits)
-            if problem is None:
-                good.append(row)
-            else:
-                await dead.send(record, RowRefused(f"row {i}: {problem}"), part=i)
-        return good
+
+        async def refuse(i: int, row: dict, problem: str) -> None:
+            await dead.send(record, RowRefused(f"row {i}: {problem}"), part=i)
+
+        return await keep_rows_of_run(rows, self.cfg.run_id, partial(row_problem, limits=limits),
+                                      refuse)  # fmt: skip
 
     def _observe(self, rows: list[dict]) -> None:
         """Collect rewards per request; the groups completed by these rows go to the sampler in

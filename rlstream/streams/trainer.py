@@ -53,7 +53,7 @@ from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.datasets import DatasetView, usable
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
-from rlstream.trainers.experience import RowLimits, row_problem
+from rlstream.trainers.experience import RowLimits, keep_rows_of_run, row_problem
 from rlstream.trainers.pretrain import Corpus
 from rlstream.trainers.rl import Experience
 
@@ -489,18 +489,14 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
 
 async def trainable(trainer: StreamTrainer, rows: list[dict], record, dead) -> list[dict]:
     """This run's rows of a message, less those that cannot be trained on (dead-lettered)."""
-    cfg, out = trainer.cfg, []
+    cfg = trainer.cfg
     limits = (trainer.state.tok.vocab_size, cfg.model.block_size, cfg.rl.group_size)
-    for i, row in enumerate(rows):
-        if row["run_id"] != cfg.run_id:
-            continue
-        problem = untrainable(row, *limits)
-        if problem is None:
-            out.append(row)
-        else:
-            trainer.counters["untrainable_rows"] += 1
-            await dead.send(record, UntrainableRow(f"{row['event_id']}: {problem}"), part=i)
-    return out
+
+    async def refuse(i: int, row: dict, problem: str) -> None:
+        trainer.counters["untrainable_rows"] += 1
+        await dead.send(record, UntrainableRow(f"{row['event_id']}: {problem}"), part=i)
+
+    return await keep_rows_of_run(rows, cfg.run_id, lambda row: untrainable(row, *limits), refuse)
 
 
 async def feed_corpus(trainer: StreamTrainer, producer: EventProducer, groups) -> None:

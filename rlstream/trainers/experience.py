@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from rlstream.schemas import DecodeError, make_event_id
@@ -74,6 +75,27 @@ def row_problem(row: dict, limits: RowLimits) -> str | None:
     if not all(math.isfinite(x) for x in row["logprobs"]):
         return "a logprob is not finite"
     return None
+
+
+async def keep_rows_of_run(
+    rows: list[dict],
+    run_id: str | None,
+    problem_of: Callable[[dict], str | None],
+    refuse: Callable[[int, dict, str], Awaitable[None]],
+) -> list[dict]:
+    """The rows of run `run_id` (None: every run's) that `problem_of` finds nothing wrong with.
+    Each other row of the run is handed to `refuse(index, row, problem)` (a dead letter, its
+    index in the message as its part); other runs' rows are dropped."""
+    good = []
+    for i, row in enumerate(rows):
+        if run_id is not None and row["run_id"] != run_id:
+            continue
+        problem = problem_of(row)
+        if problem is None:
+            good.append(row)
+        else:
+            await refuse(i, row, problem)
+    return good
 
 
 def prompt_of(row: dict) -> Prompt:

@@ -4,6 +4,7 @@ The live loop's dead-lettering of them is in tests/integration/test_prometheus.p
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -12,7 +13,7 @@ from rlstream.config import Config
 from rlstream.ops import fuzz
 from rlstream.schemas import DecodeError, decode
 from rlstream.streams.rollout_worker import request_problem
-from rlstream.trainers.experience import RowLimits, row_problem
+from rlstream.trainers.experience import RowLimits, keep_rows_of_run, row_problem
 from rlstream.trainers.lm import load_tokenizer
 
 CFG = replace(Config(), run_id="fuzz-unit")
@@ -73,6 +74,25 @@ def test_rows_of_the_run_are_checked_against_its_limits():
     assert "token id -1 is outside the vocabulary" in row_problem(
         rollout | {"completion_tokens": [-1], "logprobs": [0.0]}, RowLimits()
     )  # no vocabulary known: negative ids are still refused
+
+
+def test_only_the_runs_good_rows_are_kept_and_each_bad_one_is_refused_with_its_index():
+    limits = RowLimits(group_size=4)
+    rows = [{"run_id": "r1", "reward": 1.0}, {"run_id": "r2", "reward": float("nan")},
+            {"run_id": "r1", "reward": float("inf")}, {"run_id": "r1", "reward": 0.0}]  # fmt: skip
+    refused = []
+
+    async def refuse(i, row, problem):
+        refused.append((i, problem))
+
+    def keep(run_id):
+        check = lambda row: row_problem(row, limits)  # noqa: E731
+        return asyncio.run(keep_rows_of_run(rows, run_id, check, refuse))
+
+    assert keep("r1") == [rows[0], rows[3]]  # r2's NaN is another run's: dropped, not refused
+    assert refused == [(2, "reward inf is not finite")]
+    refused.clear()
+    assert keep(None) == [rows[0], rows[3]] and [i for i, _ in refused] == [1, 2]
 
 
 def test_readers_of_a_topic_take_only_its_event():
