@@ -1011,12 +1011,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from rlstream.connectors.files import UnsupportedFile
     from rlstream.connectors.kafka import TopicConfigError
     from rlstream.connectors.reading import TopicNotFound
-    from rlstream.ops.chaos import ChaosError
+    from rlstream.ops.childrun import RunFailed
     from rlstream.ops.replay import BadTime
     from rlstream.ops.stack import StackError
 
     return (KafkaConnectionError, KafkaError, UnsupportedFile, TopicConfigError, TopicNotFound,
-            BadTime, StackError, ChaosError, ValueError, FileNotFoundError,
+            BadTime, StackError, RunFailed, ValueError, FileNotFoundError,
             TimeoutError)  # fmt: skip
 
 

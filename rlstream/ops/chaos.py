@@ -47,8 +47,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
@@ -59,6 +57,7 @@ import numpy as np
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.faults import FAULTS_DIR
+from rlstream.ops.childrun import ChildRun, RunFailed, wait_for
 from rlstream.schemas import get
 
 PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
@@ -76,7 +75,7 @@ UNTIL = {
 generous rl.steps to fit every fault; "faults" takes only as long as the faults do."""
 
 
-class ChaosError(RuntimeError):
+class ChaosError(RunFailed):
     """The chaos run could not go on (the loop died, a fault could not be injected)."""
 
 
@@ -137,28 +136,6 @@ def schedule(args: ChaosArgs, workers: int) -> list[Fault]:
         else:
             f.target = f.kind.split("-")[0]
     return out
-
-
-class Live:
-    """The run's live.json (rewritten about once a second by `rlstream run`)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def read(self) -> dict:
-        try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def step(self) -> int:
-        return int(self.read().get("rl_step") or 0)
-
-    def phase(self) -> str:
-        return self.read().get("phase") or ""
-
-    def running(self, name: str) -> bool:
-        return bool(self.read().get("processes", {}).get(name, {}).get("alive"))
 
 
 MODULES = {"trainer": "rlstream.streams.trainer", "scheduler": "rlstream.streams.scheduler",
@@ -288,26 +265,6 @@ class Injector:
         raise ChaosError("the trainer wrote no checkpoint while waiting to kill it")
 
 
-PROGRESS_EVERY_S = 10.0
-
-
-def wait_for(
-    predicate, timeout_s: float, what: str, live: Live | None = None, say=None, who: str = "chaos"
-) -> None:
-    """Poll predicate every 0.2 s; a plain progress line every PROGRESS_EVERY_S meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    said = time.monotonic()
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise ChaosError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        if say and time.monotonic() - said > PROGRESS_EVERY_S:
-            said = time.monotonic()
-            state = live.read() if live else {}
-            say(f"{who}: {time.strftime('%H:%M:%S')} waiting for {what}: phase "
-                f"{state.get('phase')}, rl step {state.get('rl_step')}")  # fmt: skip
-        time.sleep(0.2)
-
-
 def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     """Run the loop under faults, drain it, audit it; return the figures."""
     from rlstream.ops.stack import EmbeddedStack
@@ -330,35 +287,19 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
             FAULTS_DIR: str(run_dir / "faults"),
             "RLSTREAM_LOGLEVEL": "INFO",
         }  # faust's rebalances and recoveries, for forensics
-        cfg_file = run_dir / "chaos-config.json"
-        cfg.write(cfg_file)
-        cmd = [sys.executable, "-m", "rlstream.cli", "run", "--config", str(cfg_file),
-               "--run-id", cfg.run_id, "--out", str(out_root),
-               "--summary", str(run_dir / "run-summary.json")]  # fmt: skip
         say(f"chaos: run {cfg.run_id}, {len(faults)} faults of "
             f"{len({f.kind for f in faults})} kinds, seed {args.seed}")  # fmt: skip
-        log = open(run_dir / "chaos-run.log", "w")  # noqa: SIM115  (closed below)
-        run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)  # fmt: skip
         started = time.time()
-        try:
-            live = Live(run_dir / "live.json")
+        with ChildRun(cfg, out_root, env, "chaos") as run:
             injector = Injector(stack, run.pid, run_dir, cfg, args)
-            _inject_all(run, live, injector, faults, cfg, args, say)
+            _inject_all(run, injector, faults, cfg, args, say)
             if args.until == "faults":
-                _stop_after(run, live, args, say)
+                _stop_after(run, args, say)
             code = run.wait(args.run_timeout_s)
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-            log.close()
-        summary_file = run_dir / "run-summary.json"
-        if code == 0 and summary_file.exists():
-            figures = json.loads(summary_file.read_text())
-        elif code == 130 and args.until == "faults":  # stopped: no summary, the live view
-            figures = _figures_of(live.read()) | {"stopped": True}
-        else:
-            raise ChaosError(f"`rlstream run` exited with {code}: see {run_dir / 'chaos-run.log'}")
+            if code == 130 and args.until == "faults":  # stopped: no summary, the live view
+                figures = _figures_of(run.live.read()) | {"stopped": True}
+            else:
+                figures = run.summary()
         say("chaos: run finished; draining what was in flight")
         drained = drain(stack.endpoints, cfg, run_dir, env, args.drain_timeout_s)
         audit = asyncio.run(audit_run(stack.endpoints, cfg))
@@ -421,13 +362,14 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 2) if values else None
 
 
-def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, say) -> None:
+def _inject_all(run: ChildRun, injector: Injector, faults, cfg: Config, args, say) -> None:
     """Inject each fault once RL is `warmup_steps` in, each after the previous one recovered
     (until steps: spread evenly over the steps that are left, recoveries taking steps too); stop
     early if the run is nearly done."""
-    wait_for(lambda: run.poll() is not None or (live.phase() == "rl" and live.step()
+    live = run.live
+    wait_for(lambda: run.ended() or (live.phase() == "rl" and live.step()
              >= args.warmup_steps), args.run_timeout_s, "the RL phase", live, say)  # fmt: skip
-    if run.poll() is not None:
+    if run.ended():
         return
     last = cfg.rl.steps - args.tail_steps
     used: list[int] = []  # steps each recovery took (the loop trains on meanwhile)
@@ -435,29 +377,30 @@ def _inject_all(run, live: Live, injector: Injector, faults, cfg: Config, args, 
         now, left = live.step(), len(faults) - i
         spare = last - now - left * (sum(used) / len(used) if used else 0.0)
         due = now + max(0, int(spare / left)) if i and args.until == "steps" else now
-        wait_for(lambda d=due: run.poll() is not None or live.step() >= d,
+        wait_for(lambda d=due: run.ended() or live.step() >= d,
                  args.run_timeout_s, f"step {due}", live, say)  # fmt: skip
-        if run.poll() is not None or live.step() >= last:
+        if run.ended() or live.step() >= last:
             say(f"chaos: the run reached step {live.step()} of {cfg.rl.steps}; "
                 f"{len(faults) - i} faults not injected")  # fmt: skip
             return
-        _one_fault(run, live, injector, fault, args, say)
+        _one_fault(run, injector, fault, args, say)
         used.append(live.step() - fault.step)
         say(f"chaos: fault {i + 1}/{len(faults)} {fault.kind} ({fault.target}) at step "
             f"{fault.step}: recovered in {fault.recovery_s} s")  # fmt: skip
 
 
-def _stop_after(run, live: Live, args, say) -> None:
+def _stop_after(run: ChildRun, args, say) -> None:
     """Until faults: `tail_steps` steps after the last fault, Ctrl-C the run (every process
     stops, as a terminal's Ctrl-C stops them)."""
-    if run.poll() is not None:
+    live = run.live
+    if run.ended():
         return
     end = live.step() + args.tail_steps  # the last fault has recovered by now
-    wait_for(lambda: run.poll() is not None or live.step() >= end,
+    wait_for(lambda: run.ended() or live.step() >= end,
              args.recovery_timeout_s, f"step {end}", live, say)  # fmt: skip
-    if run.poll() is None:
+    if not run.ended():
         say(f"chaos: faults over; stopping the run at step {live.step()} (Ctrl-C)")
-        os.killpg(run.pid, signal.SIGINT)
+        run.interrupt()
 
 
 def _figures_of(state: dict) -> dict:
@@ -470,8 +413,9 @@ def _figures_of(state: dict) -> dict:
     }
 
 
-def _one_fault(run, live: Live, injector: Injector, fault: Fault, args, say) -> None:
+def _one_fault(run: ChildRun, injector: Injector, fault: Fault, args, say) -> None:
     """Inject `fault`, then wait until the faulted process works again and a step is trained."""
+    live = run.live
     fault.step = live.step()
     store_fault = fault.target in ("broker", "s3", "qdrant")
     if not store_fault:
@@ -485,7 +429,7 @@ def _one_fault(run, live: Live, injector: Injector, fault: Fault, args, say) -> 
     works_at: list[int] = []  # the step at which the process was seen working again
 
     def recovered() -> bool:
-        if run.poll() is not None:
+        if run.ended():
             return True
         if not works_at:
             done = None if store_fault else work_done(injector.run_dir, fault.target)
@@ -497,7 +441,7 @@ def _one_fault(run, live: Live, injector: Injector, fault: Fault, args, say) -> 
     wait_for(recovered, args.recovery_timeout_s, f"recovery from {fault.kind}", live, say)
     if works_at and live.step() > works_at[0]:
         fault.recovered = time.time()
-    elif run.poll() is not None:  # the run finished its steps during the fault (the audit
+    elif run.ended():  # the run finished its steps during the fault (the audit
         fault.detail["run_ended_first"] = True  # still checks it); no recovery time
 
 

@@ -26,18 +26,16 @@ import json
 import math
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
 
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.ops.childrun import PROGRESS_EVERY_S, ChildRun, Live, wait_for
 from rlstream.schemas import encode, get, rows_to_batch
 from rlstream.schemas.codec import headers_for
 
@@ -222,7 +220,6 @@ async def send(
 ) -> int:
     """Publish the messages at about `rate_per_s` until `stop()`; record where each landed."""
     from rlstream.connectors.kafka import producer
-    from rlstream.ops.chaos import PROGRESS_EVERY_S
 
     p = producer(endpoints)
     await p.start()
@@ -307,7 +304,6 @@ class FuzzArgs:
 
 def run_fuzz(cfg: Config, out_root: Path, args: FuzzArgs, say=print) -> dict:
     """A baseline run (unless not wanted), then the same run under fuzz; the figures."""
-    from rlstream.ops.chaos import Live, wait_for
     from rlstream.ops.run import stack_or_endpoints
 
     out_root = out_root.resolve()
@@ -316,45 +312,29 @@ def run_fuzz(cfg: Config, out_root: Path, args: FuzzArgs, say=print) -> dict:
         base = None
         if args.baseline:
             say(f"fuzz: baseline run {cfg.run_id}-base (no fuzz)")
-            base = _run(cfg.run_id + "-base", cfg, out_root, env, args, say)
-        run_id = cfg.run_id
-        run_dir = out_root / run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        cfg_file = run_dir / "fuzz-config.json"
-        cfg.write(cfg_file)
+            with ChildRun(replace(cfg, run_id=cfg.run_id + "-base"), out_root, env, "fuzz") as run:
+                run.wait(args.run_timeout_s, say, who="fuzz")
+                base = run.summary()
         batch = messages(cfg, args.messages, args.seed)
-        say(f"fuzz: run {run_id}; {len(batch)} malformed messages at {args.rate_per_s:.0f}/s "
+        say(f"fuzz: run {cfg.run_id}; {len(batch)} malformed messages at {args.rate_per_s:.0f}/s "
             "once RL is under way")  # fmt: skip
-        log = open(run_dir / "fuzz-run.log", "w")  # noqa: SIM115  (closed below)
-        cmd = _run_cmd(run_id, cfg_file, out_root)
-        run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)  # fmt: skip
         started = time.time()
-        try:
-            live = Live(run_dir / "live.json")
-            wait_for(lambda: run.poll() is not None or live.phase() == "rl",
+        with ChildRun(cfg, out_root, env, "fuzz") as run:
+            live = run.live
+            wait_for(lambda: run.ended() or live.phase() == "rl",
                      args.run_timeout_s, "the RL phase", live, say, who="fuzz")  # fmt: skip
             last = int(cfg.rl.steps * args.stop_sending_at)
 
             def over() -> bool:
-                return run.poll() is not None or live.step() >= last
+                return run.ended() or live.step() >= last
 
             sent = asyncio.run(send(endpoints, batch, args.rate_per_s, over, say))
             say(f"fuzz: sent {sent} messages by step {live.step()}; waiting for the run")
-            wait_for(lambda: run.poll() is not None, args.run_timeout_s, "the run's end", live,
-                     say, who="fuzz")  # fmt: skip
-            code = run.wait()
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-            log.close()
-        summary_file = run_dir / "run-summary.json"
-        if code != 0 or not summary_file.exists():
-            raise RuntimeError(f"`rlstream run` exited with {code}: see {run_dir / 'fuzz-run.log'}")
-        figures = json.loads(summary_file.read_text())
-        audit = asyncio.run(account(endpoints, run_id, batch[:sent]))
+            run.wait(args.run_timeout_s, say, who="fuzz")
+            figures = run.summary()
+        audit = asyncio.run(account(endpoints, cfg.run_id, batch[:sent]))
     result = {
-        "run_id": run_id,
+        "run_id": cfg.run_id,
         "seed": args.seed,
         **audit,
         "crashes": sum(figures.get("restarts", {}).values()),
@@ -365,7 +345,7 @@ def run_fuzz(cfg: Config, out_root: Path, args: FuzzArgs, say=print) -> dict:
         "wall_s": round(time.time() - started, 1),
     }
     result["survived"] = survived(result, args.messages)
-    (run_dir / "fuzz.json").write_text(json.dumps(result, indent=2, default=str))
+    (out_root / cfg.run_id / "fuzz.json").write_text(json.dumps(result, indent=2, default=str))
     return result
 
 
@@ -374,8 +354,6 @@ def fuzz_live(
 ) -> dict:
     """Fuzz a run in progress (its config from `<out>/<run>/config.json`): send the messages,
     then wait until every owner has dead-lettered what it owns (or `timeout_s`)."""
-    from rlstream.ops.chaos import Live
-
     endpoints = Endpoints.from_env()
     batch = messages(cfg, args.messages, args.seed)
     live = Live(out_root / cfg.run_id / "live.json")
@@ -408,35 +386,6 @@ def survived(r: dict, wanted: int) -> bool:
         r["messages_sent"] == wanted and not o.get("missed") and not o.get("dead_lettered_wrongly")
         and r["crashes"] == 0 and r["completed"] is not False
     )  # fmt: skip
-
-
-def _run_cmd(run_id: str, cfg_file: Path, out_root: Path) -> list[str]:
-    return [sys.executable, "-m", "rlstream.cli", "run", "--config", str(cfg_file),
-            "--run-id", run_id, "--out", str(out_root),
-            "--summary", str(out_root / run_id / "run-summary.json")]  # fmt: skip
-
-
-def _run(run_id: str, cfg: Config, out_root: Path, env: dict, args: FuzzArgs, say) -> dict:
-    """An unfuzzed run to its end (a progress line every few seconds); its summary."""
-    from rlstream.ops.chaos import Live, wait_for
-
-    (out_root / run_id).mkdir(parents=True, exist_ok=True)
-    cfg_file = out_root / run_id / "fuzz-config.json"
-    cfg.write(cfg_file)
-    with open(out_root / run_id / "fuzz-run.log", "w") as log:
-        cmd = _run_cmd(run_id, cfg_file, out_root)
-        run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)  # fmt: skip
-        try:
-            wait_for(lambda: run.poll() is not None, args.run_timeout_s, "the baseline's end",
-                     Live(out_root / run_id / "live.json"), say, who="fuzz")  # fmt: skip
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-        code = run.wait()
-    if code != 0:
-        raise RuntimeError(f"the baseline run exited with {code}: see {log.name}")
-    return json.loads((out_root / run_id / "run-summary.json").read_text())
 
 
 def table(result: dict) -> str:
