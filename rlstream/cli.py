@@ -938,6 +938,31 @@ def _local_twin(cfg) -> float:
     return train_local(cfg, LocalOptions(progress=False))["final_accuracy"]
 
 
+@bench_app.command("stop")
+def bench_stop(
+    config: Path | None = trainer_commands.ConfigOpt,
+    repeats: int = typer.Option(3, min=1, help="Runs per arm (one Ctrl-C; two Ctrl-C)."),
+    at_step: int = typer.Option(2, min=1, help="The RL step at which Ctrl-C is sent."),
+    second_after_s: float = typer.Option(1.0, min=0, help="Two Ctrl-C arm: the gap (s)."),
+    out: Path = typer.Option(Path("runs"), help="Where the runs go."),
+    overrides: list[str] = trainer_commands.SetOpt,
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Ctrl-C to `rlstream run` on its own embedded stack: seconds until it exited, every
+    process of the run and every server of the stack gone (target 10 s), exit code 130; and
+    a second Ctrl-C a moment later (kills what is left at once)."""
+    from datetime import UTC, datetime
+
+    from rlstream.ops import stopbench
+
+    rid = datetime.now(UTC).strftime("stop-%Y%m%d-%H%M%S")
+    cfg = trainer_commands.build_config(config, overrides, run_id=rid)
+    args = stopbench.StopArgs(repeats=repeats, at_step=at_step, second_after_s=second_after_s)
+    figures = stopbench.run_stop_bench(cfg, out, args, say=lambda m: err.print(m))
+    console.print(stopbench.table(figures))
+    write_summary(summary, figures)
+
+
 @bench_app.command("broker")
 def bench_broker(
     messages: int = typer.Option(2000, min=10, help="Messages per repeat and arm."),

@@ -341,6 +341,10 @@ class LoopConfig:
     """the window max_restarts counts in (a process that crashes rarely is always restarted)"""
     s3_retry_s: float = 120.0
     """how long the loop's processes retry an unavailable S3 server before failing"""
+    durable_stack: bool = True
+    """the embedded stack's broker keeps its log in the stack's S3 server: broker memory stays
+    flat on long runs, and `--resume` finds the run's topics; false: in memory (lost when the
+    run ends)"""
 
     def __post_init__(self):
         _at_least("loop", "rollout_workers", self.rollout_workers, 1)

@@ -32,6 +32,10 @@ _ENV = {
 }
 
 
+ENDPOINT_VARIABLES = frozenset(_ENV.values())
+"""What a child process must not inherit to find no configured stack."""
+
+
 def state_dir() -> Path:
     """The embedded stack's state directory: $RLSTREAM_HOME, else ./.rlstream."""
     return Path(os.environ.get("RLSTREAM_HOME", ".rlstream")).resolve()

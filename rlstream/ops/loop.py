@@ -420,7 +420,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     (out / "config.yaml").write_text(show(cfg))
     tracker = open_tracker(cfg, out)
     started = time.monotonic()
-    with stack_or_endpoints(out / "stack") as (endpoints, embedded):
+    with stack_or_endpoints(out / "stack", cfg.loop.durable_stack) as (endpoints, embedded):
         seeded = asyncio.run(seed_topics(endpoints, cfg, out))
         watcher = RunWatcher(endpoints, cfg.run_id).start()
         sup = Supervisor(

@@ -45,14 +45,16 @@ class RunArgs:
 
 
 @contextlib.contextmanager
-def stack_or_endpoints(directory: Path) -> Iterator[tuple[Endpoints, bool]]:
-    """Endpoints of a configured or running stack, else a fresh embedded stack for this block."""
+def stack_or_endpoints(directory: Path, durable: bool = False) -> Iterator[tuple[Endpoints, bool]]:
+    """Endpoints of a configured or running stack, else an embedded stack in `directory` for
+    this block (`durable`: the broker's log in its S3 server, there again when the same
+    directory is used again)."""
     if "RLSTREAM_KAFKA_BOOTSTRAP" in os.environ or (state_dir() / ENDPOINTS_FILE).exists():
         yield Endpoints.from_env(), False
         return
     from rlstream.ops.stack import EmbeddedStack
 
-    with EmbeddedStack(directory) as stack:
+    with EmbeddedStack(directory, durable=durable) as stack:
         yield stack.endpoints, True
 
 

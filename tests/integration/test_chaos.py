@@ -1,10 +1,11 @@
 """The chaos suite's short form: `rlstream chaos` runs the real loop on its own embedded stack
 and injects one fault of every kind — SIGKILL of the trainer (also mid-checkpoint), the
 scheduler, the processors and a rollout worker; SIGSTOP of a rollout worker past its session
-timeout; the S3 server stopped and restarted; Qdrant unavailable — then audits the run by event
-id. This replaced one run per killed process; the processors' kill is the regression test of
-the half-joined groups a restarted assembler lost (its changelog writes had not reached the
-broker when its offsets were committed)."""
+timeout; SIGKILL of the broker (the stack is durable: its log is in the S3 server); the S3
+server stopped and restarted (the broker with it, for producers); Qdrant unavailable — then
+audits the run by event id. This replaced one run per killed process; the processors' kill is
+the regression test of the half-joined groups a restarted assembler lost (its changelog writes
+had not reached the broker when its offsets were committed)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from rlstream.trainers.selection import (
     register_featurizer,
 )
 from rlstream.trainers.selection.features import HiddenStateFeaturizer
+from rlstream.trainers.selection.ppm import MIN_RECENCY_WEIGHT
 from tests.selection.helpers import synthetic_pool
 
 
@@ -123,6 +124,24 @@ def test_ppm_state_round_trip_predicts_identically(fitted):
     clone.load_state_dict(copy.deepcopy(ppm.state_dict()))
     assert np.array_equal(clone.predict(unseen), ppm.predict(unseen))
     assert clone.version == ppm.version
+
+
+def test_the_history_buffer_keeps_only_observations_the_fit_still_weighs():
+    """Bounded on long runs: at recency 0.98 an observation from before the last 342 observe() calls
+    weighs under MIN_RECENCY_WEIGHT and is dropped; without decay, max_history bounds it."""
+    pool, p, feat, rng = _latent_world(n=20)
+    ppm = PromptPredictiveModel(PPMArgs(hidden=8, fit_steps=0, seed=0), featurizer=feat)
+    for _ in range(400):
+        ppm.observe(pool[:2], rng.binomial(4, p[:2]), [4, 4])
+    ages = ppm.policy_version - 1 - np.array(ppm.ver)
+    weights = ppm.args.recency**ages
+    assert len(ppm.s) == 2 * 342 and weights.min() >= MIN_RECENCY_WEIGHT
+    assert weights.min() * ppm.args.recency < MIN_RECENCY_WEIGHT  # the next older one went
+    flat = PromptPredictiveModel(PPMArgs(hidden=8, fit_steps=0, recency=1.0, max_history=50),
+                                 featurizer=feat)  # fmt: skip
+    for _ in range(40):
+        flat.observe(pool[:2], [1, 1], [4, 4])
+    assert len(flat.s) == len(flat.x) == len(flat.ver) == 50
 
 
 def test_neighbourhood_pass_rates_numpy_and_qdrant_agree():

@@ -6,13 +6,17 @@ history_features(attempts, successes, version gap, neighbourhood pass rate)] -> 
 what similar prompts did. Trained online: every observed group (successes of n, with the
 features the prompt had *before* that rollout) joins a history buffer, and each `fit` takes a
 few Adam steps of the binomial likelihood over the whole buffer, recent observations weighted
-more (the policy drifts). Calibration: Brier score and Pearson r on unseen prompts. Scoring can
-run on an INT8 dynamically quantized copy; `quantization_error` reports what that costs.
+more (the policy drifts); an observation whose weight fell below MIN_RECENCY_WEIGHT is
+dropped, so the buffer (and a fit's cost) stays bounded on long runs. Calibration: Brier score
+and Pearson r on unseen prompts. Scoring can run on an INT8 dynamically quantized copy;
+`quantization_error` reports what that costs.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -29,6 +33,10 @@ from rlstream.trainers.selection.features import (
     make_featurizer,
 )
 from rlstream.trainers.selection.neighbours import KnnNeighbourhood
+
+MIN_RECENCY_WEIGHT = 1e-3
+"""An observation weighted less than this in the fit is dropped from the buffer (at recency 0.98:
+kept for the last 342 observe() calls; the next older weighs under 0.1% of the newest)."""
 
 
 def binomial_nll(
@@ -199,10 +207,19 @@ class PromptPredictiveModel:
             c[0], c[1], c[2] = c[0] + si, c[1] + ni, self.policy_version
         if self.args.use_history:
             self.neighbours.add([p.prompt_id for p in prompts], self.embed(prompts), s, n)
-        drop = len(self.s) - self.args.max_history
+        drop = self._stale()
         if drop > 0:
             del self.x[:drop], self.s[:drop], self.n[:drop], self.ver[:drop]
         self.policy_version += 1
+
+    def _stale(self) -> int:
+        """How many of the oldest observations go: beyond max_history, or weighted below
+        MIN_RECENCY_WEIGHT at the next fit (`ver` never decreases, so they are a prefix)."""
+        drop = len(self.s) - self.args.max_history
+        if self.args.recency < 1.0:
+            max_age = math.log(MIN_RECENCY_WEIGHT) / math.log(self.args.recency)
+            drop = max(drop, bisect.bisect_left(self.ver, self.policy_version - max_age))
+        return drop
 
     def fit(self, steps: int | None = None) -> float:
         """Adam steps on the recency-weighted binomial likelihood of the buffer; last loss."""
