@@ -29,6 +29,13 @@ from rlstream.schemas import DEFAULT_MAX_MESSAGE_BYTES, EventType, all_events, e
 
 log = logging.getLogger(__name__)
 
+METADATA_MAX_AGE_MS = 5_000
+"""How often clients refresh metadata (aiokafka's default: 5 min). A group's leader rebalances
+when a subscribed topic's partitions change in it, and a durable broker whose S3 server is down
+answers metadata without partitions: the assignment made then leaves a topic's partitions to no
+member until the next refresh notices them back (the rollout workers idled 5 min in a chaos
+run)."""
+
 
 def broker_retrying() -> AsyncRetrying:
     """Backoff for sending a message the broker refused again: for the S3 retry budget, as a
@@ -56,6 +63,7 @@ def producer(endpoints: Endpoints, **overrides) -> AIOKafkaProducer:
         bootstrap_servers=endpoints.kafka_bootstrap,
         max_batch_size=1,  # one record per record batch: keeps ListOffsets right on Tansu
         linger_ms=0,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
         acks=1,
         enable_idempotence=False,
         max_request_size=DEFAULT_MAX_MESSAGE_BYTES + 64_000,
@@ -80,6 +88,7 @@ def consumer(
         rebalance_timeout_ms=max(session_ms, 10_000),
         fetch_max_wait_ms=100,
         max_partition_fetch_bytes=2 * DEFAULT_MAX_MESSAGE_BYTES,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
         **endpoints.kafka_auth(),
     )
     settings.update(overrides)

@@ -21,7 +21,12 @@ from aiokafka.errors import KafkaError
 from rlstream import metrics
 from rlstream.connectors.deadletter import dead_letter_batch
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import broker_retrying, split_by_partition, warn_refused
+from rlstream.connectors.kafka import (
+    METADATA_MAX_AGE_MS,
+    broker_retrying,
+    split_by_partition,
+    warn_refused,
+)
 from rlstream.schemas import Decoded, DecodeError, EventType, decode, encode, get
 from rlstream.streams import transport
 
@@ -71,6 +76,8 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
         producer_acks=1,
         broker_session_timeout=session_s,
         broker_heartbeat_interval=max(0.5, session_s / 6),
+        consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,  # see there: a partitionless assignment
+        producer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
         broker_commit_every=1,  # commit as soon as an event is acked: small redelivery window
         consumer_auto_offset_reset="earliest",
         topic_disable_leader=True,

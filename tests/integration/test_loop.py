@@ -466,15 +466,15 @@ async def _topic_rows(topic: str) -> list[dict]:
     return rows
 
 
-def _of_run(cmdline: list[str], run_id: str) -> bool:
-    """A loop process of this run: its config file, or (processors) its --run-id."""
-    return any(a == run_id or a.endswith(f"{run_id}/config.json") for a in cmdline)
-
-
-def test_ctrl_c_stops_the_run_and_every_child_and_resume_finishes_it(stack_home, tmp_path):
-    """SIGINT to the run's process group, as a terminal's Ctrl-C sends it: the run exits with
-    130 and leaves no process of the run behind (children are stopped together), and
-    `--resume` continues it from its last checkpoint to the end, training nothing twice."""
+def test_ctrl_c_stops_the_run_its_children_and_its_embedded_stack_and_resume_finishes_it(
+    tmp_path,
+):
+    """The README's main command's path: `rlstream run` with no stack running starts its own
+    (durable: the broker's log in the stack's S3 server). SIGINT to the run's process group, as
+    a terminal's Ctrl-C sends it: the run exits with 130 and leaves no process behind, neither
+    of the loop nor of the stack (children are stopped together). `--resume` starts the stack
+    again on the same directory, finds the run's topics and offsets there, and continues from
+    the last checkpoint to the end, training nothing twice."""
     import os
     import signal
     import subprocess
@@ -483,47 +483,60 @@ def test_ctrl_c_stops_the_run_and_every_child_and_resume_finishes_it(stack_home,
 
     import psutil
 
+    from rlstream.connectors.endpoints import ENDPOINT_VARIABLES
+    from rlstream.ops.childrun import Live
+
+    env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARIABLES}
+    env |= {"RLSTREAM_HOME": str(tmp_path / "home"), "RLSTREAM_SESSION_TIMEOUT_MS": "6000"}
     run_id, steps = "loop-ctrl-c", 8
     args = [sys.executable, "-m", "rlstream.cli", "run", "--rl-steps", str(steps), "--run-id",
             run_id, "--out", str(tmp_path), *SMALL, "--set", "checkpoint.every=2"]  # fmt: skip
-    run = subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, env=env)  # fmt: skip
+    live = Live(tmp_path / run_id / "live.json")
     try:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and run.poll() is None:
-            rows = _rows_of(run_id, "policy_versions")
-            if any(r["phase"] == "rl" and r["step"] >= 2 for r in rows):
+            if live.phase() == "rl" and live.step() >= 2:
                 break
-            time.sleep(1)
+            time.sleep(0.5)
         kids = psutil.Process(run.pid).children(recursive=True)
-        children = [p.pid for p in kids]
-        assert len(children) >= 5  # trainer, scheduler, processors, two rollout workers
-        secret = Endpoints.from_env().s3_secret_key
-        assert not any(secret in " ".join(p.cmdline()) for p in kids)  # keys go by environment
+        names = {_kind(p) for p in kids}
+        modules = ("trainer", "scheduler", "worker", "rollout_worker")
+        assert {"tansu", "weed"} | {f"rlstream.streams.{m}" for m in modules} <= names, names
+        secret = json.loads((tmp_path / run_id / "stack" / "secrets.json").read_text())
+        assert not any(secret["secret_key"] in " ".join(p.cmdline()) for p in kids)  # by env
         interrupted = time.monotonic()
         os.killpg(run.pid, signal.SIGINT)
         assert run.wait(60) == 130, run.stderr.read()[-3000:]
         print(f"stopped {time.monotonic() - interrupted:.1f} s after Ctrl-C")
         stderr = run.stderr.read()
         assert "interrupted" in stderr and f"--resume {run_id}" in stderr
-        left = [
-            p for p in psutil.process_iter(["cmdline"]) if _of_run(p.info["cmdline"] or [], run_id)
-        ]
-        assert not left and not any(_alive(pid) for pid in children)
+        assert not [p for p in kids if _alive(p.pid)]
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     summary = tmp_path / "resumed.json"
-    cli("run", "--resume", run_id, "--out", str(tmp_path), "--summary", str(summary), timeout=600)
+    resumed_run = subprocess.run([sys.executable, "-m", "rlstream.cli", "run", "--resume", run_id,
+                                  "--out", str(tmp_path), "--summary", str(summary)],
+                                 capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert resumed_run.returncode == 0, resumed_run.stderr[-3000:]
     resumed = json.loads(summary.read_text())
-    assert resumed["completed"] and resumed["rl_steps"] == steps
+    assert resumed["completed"] and resumed["rl_steps"] == steps and resumed["embedded_stack"]
     assert resumed["pretrain_steps"] == 60  # SMALL's, not pre-trained again
     assert resumed["duplicates_trained"] == 0 and resumed["archive_matches_topic"]
     log = (tmp_path / run_id / "logs" / "trainer.log").read_text()
     assert "resumed at step" in log
     missing = cli("run", "--resume", "no-such-run", "--out", str(tmp_path), check=False)
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
+
+
+def _kind(p) -> str:
+    """A process's kind: its rlstream module, else its program's name."""
+    from pathlib import Path
+
+    cmd = p.cmdline()
+    return next((a for a in cmd if a.startswith("rlstream.")), Path(cmd[0]).name)
 
 
 def _alive(pid: int) -> bool:
