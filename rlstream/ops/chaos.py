@@ -297,7 +297,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
                 _stop_after(run, args, say)
             code = run.wait(args.run_timeout_s)
             if code == 130 and args.until == "faults":  # stopped: no summary, the live view
-                figures = _figures_of(run.live.read()) | {"stopped": True}
+                figures = _figures_of(run.live.read()) | {"stopped": True, "stop_s": run.stop_s}
             else:
                 figures = run.summary()
         say("chaos: run finished; draining what was in flight")
@@ -319,6 +319,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
         "until": args.until,
         "completed": bool(figures.get("completed")) and figures.get("rl_steps") == cfg.rl.steps,
         "stopped_cleanly": bool(figures.get("stopped")),  # exit 130 on Ctrl-C (until faults)
+        "stop_s": figures.get("stop_s"),  # Ctrl-C to the exit of every process of the run
         "rl_steps": figures.get("rl_steps"),
         "final_accuracy": figures.get("final_accuracy"),
         "restarts": figures.get("restarts", {}),

@@ -72,6 +72,8 @@ class ChildRun:
         self.log_path = self.dir / f"{name}-run.log"
         self.summary_path = self.dir / "run-summary.json"
         self.proc: subprocess.Popen | None = None
+        self.interrupted_at: float | None = None  # monotonic, the first Ctrl-C
+        self.exited_at: float | None = None  # monotonic, when the exit was first seen
 
     def __enter__(self) -> ChildRun:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -96,11 +98,22 @@ class ChildRun:
         return self.proc.pid
 
     def ended(self) -> bool:
-        return self.proc.poll() is not None
+        if self.proc.poll() is None:
+            return False
+        self.exited_at = self.exited_at or time.monotonic()
+        return True
 
     def interrupt(self) -> None:
         """Ctrl-C, as a terminal sends it: to every process of the run."""
+        self.interrupted_at = self.interrupted_at or time.monotonic()
         os.killpg(self.proc.pid, signal.SIGINT)
+
+    @property
+    def stop_s(self) -> float | None:
+        """Seconds from the first Ctrl-C to the exit (as polled: 0.2 s resolution)."""
+        if self.interrupted_at is None or self.exited_at is None:
+            return None
+        return round(self.exited_at - self.interrupted_at, 1)
 
     def wait(self, timeout_s: float, say=None, who: str = "run") -> int:
         """Wait for the run's end (progress lines meanwhile); its exit code."""
