@@ -610,8 +610,8 @@ def table(result: dict) -> str:
     keys = ("faults", "fault_kinds", "unrecovered_faults", "recovery_p50_s", "recovery_p99_s",
             "requests", "requests_reissued", "groups_by_outcome", "experience_lost",
             "trained_twice", "incomplete_groups", "archive_matches_published", "until",
-            "completed", "stopped_cleanly", "rl_steps", "restarts", "final_accuracy", "drain_s",
-            "wall_s", "survived")  # fmt: skip
+            "completed", "stopped_cleanly", "stop_s", "rl_steps", "restarts", "final_accuracy",
+            "drain_s", "wall_s", "survived")  # fmt: skip
     lines += ["", "| figure | value |", "|---|---|"]
     lines += [f"| {k} | {result.get(k)} |" for k in keys]
     return "\n".join(lines)
