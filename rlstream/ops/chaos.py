@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -60,11 +61,17 @@ from rlstream.connectors.faults import FAULTS_DIR
 from rlstream.ops.childrun import ChildRun, RunFailed, wait_for
 from rlstream.schemas import get
 
+log = logging.getLogger(__name__)
+
 PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
                   "kill:processors", "kill:rollouts", "stop:rollouts")  # fmt: skip
 STORE_FAULTS = ("kill:broker", "s3-down", "qdrant-down")
 FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS
 UNTRAINED = ("stale", "filtered", "untrained_at_end")
+DRAIN_STALL_S = 45.0
+"""A drain that produced no group for this long restarts its processes: once, a drain's rollout
+workers idled through the whole drain timeout (180 s) on a durable stack just after the run's
+Ctrl-C, cause not found; a second drain of the same run served the requests in 42 s."""
 UNTIL = {
     "steps": "the run trains all its rl.steps, faults spread evenly over them",
     "faults": "faults one after another; once the last recovered and tail_steps more steps are "
@@ -451,16 +458,24 @@ def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s
     on rl.experience.v2 (what was in flight when the trainer stopped); seconds it took."""
     from rlstream.ops.loop import Supervisor, child_env
 
-    started = time.monotonic()
+    started = progressed = time.monotonic()
     sup = Supervisor(run_dir / "config.json", env | child_env(endpoints, cfg, run_dir),
                      run_dir / "logs" / "drain", cfg.loop.rollout_workers)  # fmt: skip
     sup.children = [c for c in sup.children if c.name not in ("trainer", "scheduler")]
     sup.start()
+    done = -1
     try:
         while time.monotonic() - started < timeout_s:
             issued, groups = asyncio.run(_requests_and_groups(endpoints, cfg.run_id))
             if issued <= groups.keys():
                 break
+            if len(groups) > done:
+                done, progressed = len(groups), time.monotonic()
+            elif time.monotonic() - progressed > DRAIN_STALL_S:
+                log.warning("drain: no group for %.0f s; restarting its processes", DRAIN_STALL_S)
+                sup.stop()
+                sup.start()
+                progressed = time.monotonic()
             sup.poll()
             time.sleep(2)
     finally:

@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     app = build(cfg, Endpoints.from_env(), args.worker_id)
     metrics.serve_from_env()
     sys.argv = sys.argv[:1]
-    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+    loglevel = os.environ.get("RLSTREAM_LOGLEVEL", "WARNING")  # INFO: rebalances, recoveries
+    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
 
 
 if __name__ == "__main__":

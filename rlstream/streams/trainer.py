@@ -466,16 +466,17 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                 trainer.ready[: cfg.rl.prompts_per_step],
                 trainer.ready[cfg.rl.prompts_per_step :],
             )
+            before = st.rl_step
             metrics = await asyncio.to_thread(trainer.update, batch)
             await trainer.emit_metrics(producer, "rl", st.rl_step, metrics)
             await feed_corpus(trainer, producer, batch)
             if st.rl_step % cfg.loop.publish_every == 0 or metrics["dropped_groups"]:
                 await trainer.announce(producer)
                 last_signal = time.monotonic()
-            if st.rl_step % cfg.eval.interval == 0 or st.rl_step == cfg.rl.steps:
+            if due(st.rl_step, before, cfg.eval.interval, cfg.rl.steps):
                 result = await trainer.emit_eval(producer, "rl")
                 log.info("rl step %d greedy %.3f", st.rl_step, result["greedy"])
-            if st.rl_step % cfg.checkpoint.every == 0 or st.rl_step == cfg.rl.steps:
+            if due(st.rl_step, before, cfg.checkpoint.every, cfg.rl.steps):
                 await asyncio.to_thread(trainer.checkpoint, st.rl_step == cfg.rl.steps)
                 await c.commit()  # offsets only after the checkpoint that covers them
     finally:
@@ -485,6 +486,14 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await fed_back
         await c.stop()
+
+
+def due(step: int, before: int, every: int, last: int) -> bool:
+    """Whether an eval or a checkpoint every `every` steps is due after an update that moved the
+    RL step from `before` to `step`. Never when it did not move (every group of the batch was
+    stale): a second checkpoint at a step wrote that step's ledger part again, with only the
+    stale groups, and the groups trained since the checkpoint before went out of the ledger."""
+    return step > before and (step % every == 0 or step == last)
 
 
 async def trainable(trainer: StreamTrainer, rows: list[dict], record, dead) -> list[dict]:
