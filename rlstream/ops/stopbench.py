@@ -115,10 +115,10 @@ def _alive(p: psutil.Process) -> bool:
 
 
 def _name(p: psutil.Process) -> str:
-    """A process's kind: its rlstream module, else its program (tansu, weed)."""
+    """A process's kind: its rlstream module, else its program (tansu, weed; no version)."""
     try:
         cmd = p.cmdline()
     except psutil.NoSuchProcess:
         return f"pid {p.pid}"
     module = next((a for a in cmd if a.startswith("rlstream.")), None)
-    return module or (Path(cmd[0]).name if cmd else f"pid {p.pid}")
+    return module or (Path(cmd[0]).name.split("-")[0] if cmd else f"pid {p.pid}")

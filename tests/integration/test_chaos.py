@@ -70,7 +70,8 @@ def test_nothing_is_lost_trained_twice_or_archived_twice(chaos_run):
     # the groups of steps trained after the last checkpoint (every 2) are unconsumed: their
     # offsets were not committed, so a resumed run trains them again
     assert sum(outcomes.values()) == run["requests"]
-    assert outcomes["trained"] >= (run["rl_steps"] - 2) * 8
+    # every step up to the last checkpoint took 8 groups, each trained or dropped as stale
+    assert outcomes["trained"] + outcomes.get("stale", 0) >= (run["rl_steps"] - 2) * 8
     assert result.returncode == 0
 
 

@@ -532,11 +532,11 @@ def test_ctrl_c_stops_the_run_its_children_and_its_embedded_stack_and_resume_fin
 
 
 def _kind(p) -> str:
-    """A process's kind: its rlstream module, else its program's name."""
+    """A process's kind: its rlstream module, else its program's name (no version suffix)."""
     from pathlib import Path
 
     cmd = p.cmdline()
-    return next((a for a in cmd if a.startswith("rlstream.")), Path(cmd[0]).name)
+    return next((a for a in cmd if a.startswith("rlstream.")), Path(cmd[0]).name.split("-")[0])
 
 
 def _alive(pid: int) -> bool:
