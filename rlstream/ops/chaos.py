@@ -211,11 +211,7 @@ class Injector:
         if fault.kind == "kill:trainer@checkpoint":
             fault.detail = self._kill_during_checkpoint()
         elif fault.kind == "kill:broker":
-            fault.injected = time.time()
-            self.stack.kill_server("tansu")
-            time.sleep(self.args.broker_down_s)
-            self.stack.start_server("tansu")
-            fault.detail = {"down_s": self.args.broker_down_s}
+            self._outage(fault, "tansu", self.stack.kill_server, self.args.broker_down_s)
         elif fault.kind.startswith("kill:"):
             fault.injected = time.time()
             os.kill(pid_of(self.run_pid, fault.target), signal.SIGKILL)
@@ -228,11 +224,7 @@ class Injector:
             os.kill(pid, signal.SIGCONT)
             fault.detail = {"frozen_s": frozen}
         elif fault.kind == "s3-down":
-            fault.injected = time.time()
-            self.stack.stop_server("seaweedfs")
-            time.sleep(self.args.s3_down_s)
-            self.stack.start_server("seaweedfs")
-            fault.detail = {"down_s": self.args.s3_down_s}
+            self._outage(fault, "seaweedfs", self.stack.stop_server, self.args.s3_down_s)
         elif fault.kind == "qdrant-down":
             flag = self.faults_dir / "qdrant"
             fault.injected = time.time()
@@ -244,6 +236,14 @@ class Injector:
             raise ChaosError(f"unknown fault kind {fault.kind!r}")
         fault.injected = fault.injected or time.time()
         fault.lifted = time.time()
+
+    def _outage(self, fault: Fault, server: str, take_down, down_s: float) -> None:
+        """Take a stack server down (stop or kill it), then start it again after `down_s`."""
+        fault.injected = time.time()
+        take_down(server)
+        time.sleep(down_s)
+        self.stack.start_server(server)
+        fault.detail = {"down_s": down_s}
 
     def _kill_during_checkpoint(self) -> dict:
         """Follow the trainer's log; SIGKILL it as soon as it says a checkpoint is being
