@@ -9,11 +9,13 @@ where a bounded read stops. `follow` keeps reading past it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import consumer, topic_partitions
@@ -159,6 +161,9 @@ async def read_rows_where(endpoints: Endpoints, topic: str, keep) -> list[dict]:
     return rows
 
 
+FOLLOW_RETRY_S = 1.0  # a follower whose broker failed makes its consumer again after this
+
+
 async def follow_run(
     endpoints: Endpoints, topics: list[str], run_id: str, *, poll_ms: int = 200
 ) -> AsyncIterator[dict[str, list[dict]]]:
@@ -167,26 +172,46 @@ async def follow_run(
     Yields once per poll, also when nothing arrived (so callers can check their own stop
     condition): the decoded rows of `run_id` by event name. Undecodable messages are skipped;
     the processors that own those topics dead-letter them.
+
+    A broker failure does not end the follow: the consumer is made again and every partition
+    continues at the offset after the last record yielded. A record at an offset already
+    yielded (the consumer reset to the beginning after the broker came back) is skipped, so
+    each record is yielded once.
     """
     from rlstream.schemas import DecodeError, decode
 
-    c = consumer(endpoints, fetch_max_wait_ms=100)
-    await c.start()
-    try:
-        tps = [tp for topic in topics for tp in await topic_partitions(c, topic)]
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        while True:
-            found: dict[str, list[dict]] = {}
-            for records in (await c.getmany(timeout_ms=poll_ms)).values():
-                for record in records:
-                    try:
-                        decoded = decode(record.value, record.headers,
-                                         expect=carried_by(record.topic))  # fmt: skip
-                    except DecodeError:
-                        continue
-                    rows = [r for r in decoded.to_pylist() if r["run_id"] == run_id]
-                    found.setdefault(decoded.event.name, []).extend(rows)
-            yield found
-    finally:
-        await c.stop()
+    next_offset: dict[TopicPartition, int] = {}
+    while True:
+        c = consumer(endpoints, fetch_max_wait_ms=100)
+        try:
+            await c.start()
+            tps = [tp for topic in topics for tp in await topic_partitions(c, topic)]
+            c.assign(tps)
+            for tp in tps:
+                if tp in next_offset:
+                    c.seek(tp, next_offset[tp])
+                else:
+                    await c.seek_to_beginning(tp)
+            while True:
+                found: dict[str, list[dict]] = {}
+                for tp, records in (await c.getmany(timeout_ms=poll_ms)).items():
+                    for record in records:
+                        if record.offset < next_offset.get(tp, 0):
+                            continue
+                        next_offset[tp] = record.offset + 1
+                        try:
+                            decoded = decode(record.value, record.headers,
+                                             expect=carried_by(record.topic))  # fmt: skip
+                        except DecodeError:
+                            continue
+                        rows = [r for r in decoded.to_pylist() if r["run_id"] == run_id]
+                        found.setdefault(decoded.event.name, []).extend(rows)
+                yield found
+        except (KafkaError, OSError) as exc:
+            log.warning("following %s: %s: %s; again in %.0f s",
+                        ", ".join(topics), type(exc).__name__, exc, FOLLOW_RETRY_S)  # fmt: skip
+        finally:
+            with contextlib.suppress(Exception):
+                await c.stop()
+        yield {}
+        await asyncio.sleep(FOLLOW_RETRY_S)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -20,6 +21,8 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.reading import follow_run
 from rlstream.ops.topics import highwaters
 from rlstream.schemas import all_events, get
+
+log = logging.getLogger(__name__)
 
 FOLLOWED = ("policy_versions", "eval_results", "rollouts")
 
@@ -58,7 +61,11 @@ class RunWatcher:
         self._thread.join(timeout=10)
 
     async def _main(self) -> None:
-        await asyncio.gather(self._follow(), self._sample_rates())
+        try:
+            await asyncio.gather(self._follow(), self._sample_rates())
+        except Exception:  # the view would freeze without a word: say why, loudly
+            log.exception("the live view of run %s stopped", self.run_id)
+            raise
 
     async def _follow(self) -> None:
         topics = [get(name).topic for name in FOLLOWED]

@@ -80,3 +80,42 @@ def test_durable_mode_keeps_the_broker_log_in_s3(tmp_path):
         assert keys, "Tansu wrote nothing to its S3 bucket"
     finally:
         cli("stack", "down", env=env)
+
+
+def test_a_follower_reads_every_record_once_across_a_broker_kill(tmp_path):
+    """The run's live view, the trainer and the scheduler follow topics with `follow_run`;
+    a broker killed and restarted (durable) must not end the follow, skip or repeat a record."""
+    import asyncio
+
+    from rlstream.connectors.kafka import EventProducer
+    from rlstream.connectors.reading import follow_run
+    from rlstream.ops.stack import EmbeddedStack
+    from rlstream.schemas import get, rows_to_batch
+
+    evals, run_id, n = get("eval_results"), "follow-kill", 40
+    with EmbeddedStack(tmp_path / "stack", durable=True) as stack:
+
+        async def main() -> list[int]:
+            seen: list[int] = []
+
+            async def follow():
+                async for found in follow_run(stack.endpoints, [evals.topic], run_id):
+                    seen.extend(r["step"] for r in found.get("eval_results", []))
+                    if len(seen) >= n:
+                        return
+
+            follower = asyncio.create_task(follow())
+            async with EventProducer(stack.endpoints) as producer:
+                for step in range(n):
+                    if step == n // 2:
+                        await asyncio.sleep(1.0)  # the follower has read the first half
+                        await asyncio.to_thread(stack.kill_server, "tansu")
+                        await asyncio.sleep(3.0)
+                        await asyncio.to_thread(stack.start_server, "tansu")
+                    row = {"step": step, "task": "all", "metric": "greedy", "value": 0.5, "n": 1}
+                    await producer.send(evals, rows_to_batch(evals, [row], run_id=run_id))
+            await asyncio.wait_for(follower, 60)
+            return seen
+
+        seen = asyncio.run(main())
+    assert seen == list(range(n))
