@@ -449,6 +449,8 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             ok = wait_for_trainer(sup, tick, timeout_s)
         except KeyboardInterrupt:
             safely(tracker, "stopped")
+            sup.stop()
+            watcher.stop()  # its connections would hold the broker's shutdown open
             raise
         finally:
             sup.stop()

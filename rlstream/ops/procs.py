@@ -45,8 +45,15 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def spawn(cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start a server that cannot outlive this process, even if this process is SIGKILLed."""
+def spawn(
+    cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None, own_group: bool = False
+) -> subprocess.Popen:
+    """Start a server that cannot outlive this process, even if this process is SIGKILLed.
+
+    `own_group`: in a process group of its own, so a terminal's Ctrl-C (SIGINT to the
+    foreground group) reaches only this process, which stops the server when it is time: a
+    stack's servers outlive the processes that still use them by the moments those need.
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(
@@ -56,6 +63,7 @@ def spawn(cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None) -
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
             preexec_fn=_die_with_parent,
+            process_group=0 if own_group else None,
         )
 
 

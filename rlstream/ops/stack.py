@@ -203,7 +203,7 @@ class EmbeddedStack:
         return url, str(targets)
 
     def _spawn(self, name, cmd, port, log, env, ports) -> subprocess.Popen:
-        proc = procs.spawn(cmd, log=log, env=env)
+        proc = procs.spawn(cmd, log=log, env=env, own_group=True)
         self._procs.append(proc)
         self._commands[name] = (cmd, env)
         self.servers.append(Server(name, proc.pid, port, time.time(), str(log), ports))
@@ -225,7 +225,7 @@ class EmbeddedStack:
         """Start a stopped server again with its command, ports and data."""
         i = self._index(name)
         server, (cmd, env) = self.servers[i], self._commands[name]
-        proc = procs.spawn(cmd, log=Path(server.log), env=env)
+        proc = procs.spawn(cmd, log=Path(server.log), env=env, own_group=True)
         self._procs[i] = proc
         self.servers[i] = replace(server, pid=proc.pid, started_at=time.time())
         opened = lambda: procs.port_open(server.port) or proc.poll() is not None  # noqa: E731
@@ -244,9 +244,10 @@ class EmbeddedStack:
         ]
 
     def stop(self) -> None:
-        """Stop the broker first (it may hold data in the S3 server), then the S3 server."""
-        for server in reversed(self.servers):
-            procs.terminate(server.pid)
+        """Stop the other servers together first (a durable broker writes to the S3 server
+        until it exits), then the S3 server."""
+        procs.terminate_all([s.pid for s in self.servers if s.name != "seaweedfs"])
+        procs.terminate_all([s.pid for s in self.servers if s.name == "seaweedfs"])
         for proc in self._procs:
             proc.wait(timeout=10)
         self.servers.clear()

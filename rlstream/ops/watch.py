@@ -46,6 +46,8 @@ class RunView:
 
 
 class RunWatcher:
+    SAMPLE_EVERY_S = 2.0  # topics' highwaters, for events/s
+
     def __init__(self, endpoints: Endpoints, run_id: str):
         self.endpoints, self.run_id = endpoints, run_id
         self.view = RunView()
@@ -113,7 +115,7 @@ class RunWatcher:
             try:
                 hw = await highwaters(self.endpoints, tps)
             except Exception:  # noqa: BLE001  (a missed sample only thins the plot)
-                await asyncio.sleep(1)
+                await self._pause(1.0)
                 continue
             now, counts = time.time(), defaultdict(int)
             for tp, end in hw.items():
@@ -123,4 +125,10 @@ class RunWatcher:
                 self.view.rates = {t: (counts[t] - last[1].get(t, 0)) / dt for t in counts}
             self.view.throughput.append((now, dict(counts)))
             last = (now, dict(counts))
-            await asyncio.sleep(2.0)
+            await self._pause(self.SAMPLE_EVERY_S)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, waking early when the watcher is stopped."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
