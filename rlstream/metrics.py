@@ -50,6 +50,10 @@ SCHEDULER_POOL = Gauge(
 SCHEDULER_IN_FLIGHT = Gauge(
     "rlstream_scheduler_in_flight_groups", "Groups issued but not yet consumed by the trainer."
 )
+SCHEDULER_REWARDS_REDELIVERED = Counter(
+    "rlstream_scheduler_rewards_redelivered_total",
+    "Reward rows of a group the sampler already learnt from (a re-scored group), skipped.",
+)
 SCHEDULER_VECTOR_FAILURES = Counter(
     "rlstream_scheduler_vector_store_failures_total",
     "Vector-store (Qdrant) writes that failed and were kept for the next flush.",

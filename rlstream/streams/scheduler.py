@@ -67,6 +67,10 @@ from rlstream.trainers.selection.registry import build_sampler
 log = logging.getLogger(__name__)
 PROMPTS, REWARDS = get("prompts"), get("rewards")
 REQUESTS, POLICY_VERSIONS = get("rollout_requests"), get("policy_versions")
+# Completed groups remembered to skip a redelivery: a duplicate comes from the processors
+# re-scoring the rollouts they had not committed when they were restarted, which is at most
+# the groups in flight (loop.target_in_flight, tens) plus one commit interval's worth.
+COMPLETED_KEPT = 10_000
 
 
 def in_snapshot_order(
@@ -280,7 +284,7 @@ class Scheduler:
         self.sampler = None
         self.by_id = {p.prompt_id: p for p in self.pool}
         self.issued_rounds = self.saved_at = issued_rounds
-        self.rewards: dict[str, list[float]] = defaultdict(list)
+        self.groups = RewardGroups()
         features = set(check_features(cfg.selection.ppm_features))
         if cfg.selection.sampler == "ppm" and features - {"text"}:
             self.follower = PolicyFollower(endpoints, cfg.run_id, role="scheduler")
@@ -294,7 +298,7 @@ class Scheduler:
         self.sampler = sampler
         if self.saved is not None:
             sampler.load_state_dict(self.saved["sampler"])
-            self.rewards.update(self.saved["rewards"])
+            self.groups.load_state_dict(self.saved)
             ppm = getattr(sampler, "ppm", None)
             self.fitted_at = ppm.policy_version if ppm is not None else 0
             log.info("restored the sampler state of round %d", self.saved["round"])
@@ -316,7 +320,7 @@ class Scheduler:
         """The sampler's state and the partial reward groups, as of the rewards processed."""
         state = {
             "sampler": self.sampler.state_dict(),
-            "rewards": dict(self.rewards),
+            **self.groups.state_dict(),
             "round": self.issued_rounds,
             "pool_keys": self.pool_keys[: len(self.sampler.pool)],
         }
@@ -447,23 +451,57 @@ class Scheduler:
                                       refuse)  # fmt: skip
 
     def _observe(self, rows: list[dict]) -> None:
-        """Collect rewards per request; the groups completed by these rows go to the sampler in
-        one update."""
-        seen: dict[str, set[int]] = defaultdict(set)
+        """The groups these reward rows complete go to the sampler in one update."""
         done: list[tuple[Prompt, list[float]]] = []
-        for r in rows:
-            if r["sample_idx"] in seen[r["request_id"]]:
-                continue
-            seen[r["request_id"]].add(r["sample_idx"])
-            self.rewards[r["request_id"]].append(r["reward"])
-            if len(self.rewards[r["request_id"]]) == r["group_size"]:
-                prompt = self.by_id.get(r["prompt_id"])
-                rewards = self.rewards.pop(r["request_id"])
-                if prompt is not None:
-                    done.append((prompt, rewards))
-                    self.env_state.observe(prompt, rewards, r["policy_version"])
+        for row, rewards in self.groups.add(rows):
+            prompt = self.by_id.get(row["prompt_id"])
+            if prompt is not None:
+                done.append((prompt, rewards))
+                self.env_state.observe(prompt, rewards, row["policy_version"])
         if done and self.sampler is not None:
             self.sampler.update([p for p, _ in done], [g for _, g in done])
+
+
+class RewardGroups:
+    """Reward rows gathered per request into complete groups, each group once.
+
+    A reward seen before is skipped: the same sample of a partial group, or any of one of the
+    newest `kept` completed groups (the processors re-score what they had not committed when
+    they were restarted), so no group reaches the sampler twice."""
+
+    def __init__(self, kept: int = COMPLETED_KEPT):
+        self.kept = kept
+        self.partial: dict[str, dict[int, float]] = defaultdict(dict)  # request -> sample -> r
+        self.completed: dict[str, None] = {}  # insertion-ordered: the oldest goes first
+
+    def add(self, rows: list[dict]) -> list[tuple[dict, list[float]]]:
+        """The groups `rows` complete: (the completing row, rewards by sample index)."""
+        done = []
+        for r in rows:
+            request_id = r["request_id"]
+            if request_id in self.completed:
+                metrics.SCHEDULER_REWARDS_REDELIVERED.inc()
+                continue
+            got = self.partial[request_id]
+            got.setdefault(r["sample_idx"], r["reward"])
+            if len(got) < r["group_size"]:
+                continue
+            del self.partial[request_id]
+            self.completed[request_id] = None
+            if len(self.completed) > self.kept:
+                del self.completed[next(iter(self.completed))]
+            done.append((r, [got[i] for i in sorted(got)]))
+        return done
+
+    def state_dict(self) -> dict:
+        return {"rewards": dict(self.partial), "completed": list(self.completed)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for request_id, got in state["rewards"].items():
+            if isinstance(got, list):  # an older snapshot: rewards in arrival order, no samples
+                got = {-1 - i: r for i, r in enumerate(got)}
+            self.partial[request_id] = dict(got)
+        self.completed = dict.fromkeys(state.get("completed", []))
 
 
 def _strings(values: list[str]):
