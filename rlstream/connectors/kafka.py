@@ -240,6 +240,26 @@ class EventProducer:
         )
 
 
+async def highwaters(endpoints: Endpoints, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The true end offset of each partition, read from a fetch response (Tansu's ListOffsets,
+    `end_offsets`, is low on s3 storage and for batches of several records: INFRA.md)."""
+    c = consumer(endpoints, fetch_max_wait_ms=50, max_partition_fetch_bytes=1)
+    await c.start()
+    try:
+        c.assign(tps)
+        hint = await c.end_offsets(tps)
+        for tp in tps:
+            c.seek(tp, hint[tp])
+        for _ in range(100):
+            await c.getmany(timeout_ms=50)
+            found = {tp: c.highwater(tp) for tp in tps}
+            if all(v is not None for v in found.values()):
+                return found
+        raise TimeoutError("the broker sent no fetch response within 5 s")
+    finally:
+        await c.stop()
+
+
 async def topic_partitions(consumer_: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """The topic's partitions, fetching metadata on first use; [] if the topic does not exist."""
     parts = consumer_.partitions_for_topic(topic)

@@ -17,8 +17,7 @@ from aiokafka.admin import NewTopic
 
 from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import EventProducer, admin, consumer, topic_partitions
-from rlstream.ops.topics import highwaters
+from rlstream.connectors.kafka import EventProducer, admin, consumer, highwaters, topic_partitions
 from rlstream.schemas import DecodeError, EventType, decode, get, rows_to_batch
 from rlstream.trainers.experience import score_rollouts
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import admin, consumer
+from rlstream.connectors.kafka import admin, consumer, highwaters
 from rlstream.connectors.reading import ReadRange, TopicNotFound, read_topic
 from rlstream.schemas import DecodeError, EventType, event_from_headers, resolve_topic
 
@@ -54,25 +54,6 @@ async def carried_event(endpoints: Endpoints, topic: str, look: int = 64) -> Eve
     except TopicNotFound:
         return None
     return None
-
-
-async def highwaters(endpoints: Endpoints, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-    """The true end offset of each partition, read from a fetch response."""
-    c = consumer(endpoints, fetch_max_wait_ms=50, max_partition_fetch_bytes=1)
-    await c.start()
-    try:
-        c.assign(tps)
-        hint = await c.end_offsets(tps)
-        for tp in tps:
-            c.seek(tp, hint[tp])
-        for _ in range(100):
-            await c.getmany(timeout_ms=50)
-            found = {tp: c.highwater(tp) for tp in tps}
-            if all(v is not None for v in found.values()):
-                return found
-        raise TimeoutError("the broker sent no fetch response within 5 s")
-    finally:
-        await c.stop()
 
 
 async def committed_offsets(

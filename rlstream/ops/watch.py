@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.kafka import highwaters
 from rlstream.connectors.reading import follow_run
-from rlstream.ops.topics import highwaters
 from rlstream.schemas import all_events, get
 
 log = logging.getLogger(__name__)

@@ -100,7 +100,9 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
             ssl_context=endpoints.kafka_auth().get("ssl_context"),
         )  # fmt: skip
     settings.update(overrides)
-    return faust.App(app_id, **settings)
+    app = faust.App(app_id, **settings)
+    setattr(app, transport.ENDPOINTS_ATTR, endpoints)  # the transport fetches highwaters with it
+    return app
 
 
 def raw_topic(app: faust.App, *names: str) -> faust.TopicT:

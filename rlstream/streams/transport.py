@@ -1,10 +1,17 @@
-"""faust's aiokafka transport, registered as the `rlkafka://` scheme, with two changes.
+"""faust's aiokafka transport, registered as the `rlkafka://` scheme, with three changes.
 
 A short fetch wait. faust fixes the worker consumer's `fetch_max_wait_ms` at 1500. Tansu parks a
 fetch with too little data for most of that wait instead of answering when a record arrives, so
 each faust hop cost ~380 ms at the median (measured: one produce -> one fetch, p50 381 ms at
 1500 ms against 4 ms at 100 ms). On a Kafka broker a shorter wait only means more, cheaper fetch
 requests.
+
+Changelog ends from a fetch. faust recovers a table by reading its changelog up to the
+partitions' highwaters, which it takes from ListOffsets (`end_offsets`); Tansu answers those
+short on s3 storage (INFRA.md), so a restarted assembler recovered its table without the last
+writes and dropped the half-joined group they held, while the input offsets that had built it
+were already committed (`rlstream chaos`: one group lost after a processors kill, on a durable
+stack). Here the highwaters come from a fetch response, which is always right.
 
 Commits that never pass a message no agent acked. faust commits the first run of consecutive
 acked offsets, and its check for an unacked head allows a hole of exactly one message
@@ -17,7 +24,10 @@ skipped: the commit moved past it, the seek after recovery started beyond it, an
 assembler's table for good). Here a commit stops below the lowest offset not acked, so the seek
 to committed offsets after a rebalance fetches the skipped message again (a repeat of the ones
 after it is harmless: every processor is idempotent by event id). Should a hole outlive
-`RESEEK_AFTER_S` with no message in flight to fill it, the partition is sought back to it.
+`RESEEK_AFTER_S` with no message in flight to fill it, the partition is sought back to it; so
+is a partition whose messages since its last commit were all fetched and none served for that
+long (a dropped message with nothing acked after it leaves no hole: a partition's only
+rollouts message after a restart was never joined).
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ import time
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as driver
 
+from rlstream.connectors.kafka import highwaters
+
 log = logging.getLogger(__name__)
 
 SCHEME = "rlkafka"
@@ -35,6 +47,8 @@ FETCH_MAX_WAIT_MS = 50
 """the longest a fetch with no new records is parked on the broker"""
 RESEEK_AFTER_S = 30.0
 """how long a hole below the acked offsets may hold commits back before it is fetched again"""
+ENDPOINTS_ATTR = "rlstream_endpoints"
+"""the app attribute holding its Endpoints (`make_app` sets it), for the highwater fetches"""
 
 
 def hole_below(lowest_acked: int, base: int | None, gaps) -> bool:
@@ -57,12 +71,20 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
         return consumer
 
+    async def _highwaters(self, partitions):
+        endpoints = getattr(self.app, ENDPOINTS_ATTR, None)
+        if endpoints is None or self.consumer.in_transaction:
+            return await super()._highwaters(partitions)
+        return await highwaters(endpoints, list(partitions))
+
 
 class Consumer(driver.Consumer):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._first_fetched: dict = {}  # tp -> lowest offset fetched: the base before a commit
+        self._fetched_to: dict = {}  # tp -> highest offset fetched
         self._held_since: dict = {}  # tp -> (monotonic time a hole began holding commits, base)
+        self._unserved_since: dict = {}  # tp -> (monotonic time, the unserved offsets)
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -72,6 +94,8 @@ class Consumer(driver.Consumer):
         async for tp, message in super().getmany(timeout):
             if message.offset < first.get(tp, message.offset + 1):
                 first[tp] = message.offset
+            if self.app.topics.acks_enabled_for(tp.topic):  # a stream's, not a changelog's
+                self._fetched_to[tp] = max(message.offset, self._fetched_to.get(tp, -1))
             yield tp, message
 
     def _base(self, tp) -> int | None:
@@ -91,7 +115,35 @@ class Consumer(driver.Consumer):
     async def commit(self, topics=None, start_new_transaction: bool = True) -> bool:
         committed = await super().commit(topics, start_new_transaction=start_new_transaction)
         await self._refetch_holes()
+        await self._refetch_unserved()
         return committed
+
+    def _unserved(self, tp) -> tuple[int, int] | None:
+        """The offsets fetched from `tp` past its last commit when no agent holds any of them
+        and none is acked: messages faust dropped while the flow was suspended with nothing
+        acked after them, which the hole check never sees (a partition's only message)."""
+        base, top = self._base(tp), self._fetched_to.get(tp)
+        if base is None or top is None or top < base or self._acked[tp]:
+            return None
+        if any(m.tp == tp and base <= m.offset <= top for m in list(self._unacked_messages)):
+            return None
+        return base, top
+
+    async def _refetch_unserved(self) -> None:
+        now, assigned = time.monotonic(), self.assignment()
+        for tp in list(self._fetched_to):
+            span = self._unserved(tp) if tp in assigned else None
+            since, seen = self._unserved_since.get(tp, (now, None))
+            if span is None or span != seen:
+                self._unserved_since.pop(tp, None)
+                if span is not None:
+                    self._unserved_since[tp] = (now, span)
+                continue
+            if now - since < RESEEK_AFTER_S:
+                continue
+            log.warning("offsets %d-%d of %s fetched, never served: fetching again", *span, tp)
+            del self._unserved_since[tp], self._fetched_to[tp]
+            await self.seek(tp, span[0])
 
     async def _refetch_holes(self) -> None:
         now = time.monotonic()

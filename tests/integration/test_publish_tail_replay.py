@@ -204,7 +204,7 @@ def test_topics_reports_consumer_group_lag(stack_home, tmp_path):
     async def commit_at_end() -> None:
         from aiokafka import TopicPartition
 
-        from rlstream.ops.topics import highwaters
+        from rlstream.connectors.kafka import highwaters
 
         tps = [TopicPartition(corpus.topic, p) for p in range(corpus.partitions)]
         offsets = await highwaters(Endpoints.from_env(), tps)

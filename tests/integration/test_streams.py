@@ -155,3 +155,65 @@ def test_rollouts_become_rewards_and_archived_experience_exactly_once(endpoints,
     assert any(
         r["raw_value"] == b"garbage" and r["source_topic"] == rollouts.topic for r in letters
     )
+
+
+def test_a_killed_assembler_recovers_its_half_joined_groups_on_a_durable_stack(tmp_path):
+    """The rewards of a group wait in the assembler's table (its changelog) for the rollouts;
+    SIGKILLed and restarted, it must hold them again: their offsets are committed, so nothing
+    else brings them back. On a durable stack Tansu's ListOffsets is short, and faust recovered
+    tables only up to it (`rlstream chaos` lost a group so)."""
+    from aiokafka import TopicPartition
+
+    from rlstream.ops.stack import EmbeddedStack
+    from rlstream.ops.topics import committed_offsets, highwaters
+
+    run_id, app_id, n = f"recover-{time.time_ns()}", f"rlstream-recover-{time.time_ns()}", 8
+    groups = _rollout_groups(run_id, n)
+    rollouts, rewards = get("rollouts"), get("rewards")
+    with EmbeddedStack(tmp_path / "stack", durable=True) as stack:
+        endpoints = stack.endpoints
+        env = (
+            os.environ
+            | endpoints.as_env()
+            | {"RLSTREAM_SESSION_TIMEOUT_MS": "6000", "RLSTREAM_FAUST_DIR": str(tmp_path / "faust")}
+        )
+        argv = [sys.executable, "-m", "rlstream.streams.worker", "assemble_experience",
+                "--app-id", app_id, "--no-archive"]  # fmt: skip
+
+        def start() -> subprocess.Popen:
+            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, env=env)  # fmt: skip
+
+        async def send(event, rows_of_groups):
+            async with EventProducer(endpoints) as producer:
+                for rows in rows_of_groups:
+                    await producer.send(event, rows_to_batch(event, rows, run_id=run_id))
+
+        async def settled() -> bool:
+            tps = [TopicPartition(rewards.topic, p) for p in range(rewards.partitions)]
+            ends = await highwaters(endpoints, tps)
+            done = await committed_offsets(endpoints, app_id, tps)
+            return all(done.get(tp, 0) >= end for tp, end in ends.items())
+
+        worker = start()
+        try:
+            scored = [[{k: r[k] for k in ("request_id", "prompt_id", "sample_idx", "group_size",
+                                          "task")} | {"reward": 1.0, "correct": True,
+                                                       "verifier": "test"} for r in group]
+                      for group in groups]  # fmt: skip
+            asyncio.run(send(rewards, scored))
+            deadline = time.monotonic() + 90
+            while not asyncio.run(settled()):
+                assert worker.poll() is None, worker.stdout.read()[-3000:]
+                assert time.monotonic() < deadline, "the assembler never committed the rewards"
+                time.sleep(1.0)
+            worker.kill()
+            worker.wait(10)
+            worker = start()
+            asyncio.run(send(rollouts, groups))
+            rows = _wait_for(endpoints, "experience", run_id, n * G, worker)
+        finally:
+            worker.kill()
+            worker.wait(10)
+    assert sorted({r["request_id"] for r in rows}) == sorted(g[0]["request_id"] for g in groups)
+    assert len(rows) == n * G
