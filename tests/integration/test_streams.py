@@ -211,7 +211,15 @@ def test_a_killed_assembler_recovers_its_half_joined_groups_on_a_durable_stack(t
             worker.wait(10)
             worker = start()
             asyncio.run(send(rollouts, groups))
-            rows = _wait_for(endpoints, "experience", run_id, n * G, worker)
+            rows = _wait_for(endpoints, "experience", run_id, n * G, worker, timeout_s=60)
+            if not rows:
+                # The open stall (CHANGELOG): about one restarted worker in ten fetches nothing
+                # from its stream partitions; the chaos drain restarts it (DRAIN_STALL_S), and
+                # so does this test, once. A restart cannot bring back a lost table entry.
+                worker.kill()
+                worker.wait(10)
+                worker = start()
+                rows = _wait_for(endpoints, "experience", run_id, n * G, worker)
         finally:
             worker.kill()
             worker.wait(10)
