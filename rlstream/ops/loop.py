@@ -448,6 +448,10 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         try:
             ok = wait_for_trainer(sup, tick, timeout_s)
         except KeyboardInterrupt:
+            procs.kill_all_on_next_interrupt(
+                f"interrupted again: killed every process of the run; continue it with "
+                f"`rlstream run --resume {cfg.run_id} --out {out_root}`"
+            )
             safely(tracker, "stopped")
             sup.stop()
             watcher.stop()  # its connections would hold the broker's shutdown open

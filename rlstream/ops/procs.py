@@ -93,6 +93,24 @@ def terminate_all(pids: Sequence[int], timeout_s: float = 10.0) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
+def kill_all_on_next_interrupt(message: str = "") -> None:
+    """From now on, a SIGINT (a second Ctrl-C while a run stops cleanly) SIGKILLs every
+    descendant of this process, servers in their own process groups included, and exits with
+    130 at once: what is left is what a SIGKILL of each process leaves, which every process
+    kind survives (`rlstream chaos`)."""
+
+    def kill_now(signum, frame) -> None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+        if message:
+            os.write(2, message.encode() + b"\n")
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, kill_now)
+
+
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

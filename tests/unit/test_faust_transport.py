@@ -74,3 +74,45 @@ def test_commits_stop_below_a_message_no_agent_acked(tmp_path, monkeypatch):
         return seen, held
 
     assert asyncio.run(offsets()) == ([1, None, 4, None], True)
+
+
+def test_a_stream_partition_is_stalled_only_with_records_to_read_and_nothing_moving():
+    limit = transport.STALL_AFTER_S
+    assert transport.stalled(highwater=10, next_offset=4, idle_s=limit)
+    assert not transport.stalled(highwater=10, next_offset=4, idle_s=limit - 1)  # recently moved
+    assert not transport.stalled(highwater=4, next_offset=4, idle_s=10 * limit)  # nothing to read
+    assert transport.stalled(highwater=1, next_offset=None, idle_s=limit)  # never committed
+
+
+def test_the_stall_clock_restarts_on_a_fetch_a_commit_or_a_new_assignment(tmp_path, monkeypatch):
+    from faust.types import TP
+
+    monkeypatch.setenv("RLSTREAM_FAUST_DIR", str(tmp_path / "faust"))
+    app = make_app("unit-stalls", Endpoints(kafka_bootstrap="127.0.0.1:9"))
+    stream, changelog = TP("rl.rollouts.v1", 0), TP("unit-stalls-table-changelog", 0)
+    app.topics._acking_topics.add(stream.topic)  # what an agent's stream registers
+
+    async def clocks():
+        async def noop(*args):
+            return None
+
+        consumer = app.transport.create_consumer(
+            callback=noop, on_partitions_revoked=noop, on_partitions_assigned=noop
+        )
+        assigned = {stream, changelog}
+        consumer.assignment = lambda: assigned
+        seen = [consumer._idle(100.0)]  # a new assignment: the clock starts
+        seen.append(consumer._idle(150.0))
+        consumer._committed_offset[stream] = 7  # a commit moved
+        seen.append(consumer._idle(160.0))
+        seen.append(consumer._idle(300.0))
+        assigned = {stream, TP("rl.rollouts.v1", 1)}
+        seen.append(consumer._idle(310.0))
+        return seen
+
+    seen = asyncio.run(clocks())
+    assert seen[0] == {stream: 0.0}  # a changelog is not watched
+    assert seen[1] == {stream: 50.0}
+    assert seen[2] == {stream: 0.0}
+    assert seen[3] == {stream: 140.0}
+    assert seen[4] == {stream: 0.0, TP("rl.rollouts.v1", 1): 0.0}
