@@ -1047,6 +1047,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def main() -> None:
     """Run the CLI; errors a user can fix become one line on stderr and exit status 2."""
+    from rlstream.ops.procs import heed_interrupts
+
+    heed_interrupts()
     try:
         app()
     except KeyboardInterrupt:

@@ -93,6 +93,14 @@ def terminate_all(pids: Sequence[int], timeout_s: float = 10.0) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
+def heed_interrupts() -> None:
+    """SIGINT raises KeyboardInterrupt (a run's clean stop) even in a process started with it
+    ignored: a non-interactive shell's background job (`cmd &` in a script) inherits SIGINT
+    ignored, Python then installs no handler, and Ctrl-C or `kill -INT` did nothing to the
+    run while its faust children, which set their own handlers, stopped."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def kill_all_on_next_interrupt(message: str = "") -> None:
     """From now on, a SIGINT (a second Ctrl-C while a run stops cleanly) SIGKILLs every
     descendant of this process, servers in their own process groups included, and exits with

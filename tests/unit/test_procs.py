@@ -48,3 +48,33 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_process_started_with_interrupts_ignored_heeds_them_again():
+    script = textwrap.dedent(
+        """
+        import signal, sys, time
+        from rlstream.ops import procs
+
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # as `cmd &` in a script
+        procs.heed_interrupts()
+        print("ready", flush=True)
+        try:
+            time.sleep(60)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        """
+    )
+
+    def ignore():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, preexec_fn=ignore)  # fmt: skip
+    try:
+        assert run.stdout.readline().strip() == "ready", run.stderr.read()
+        os.kill(run.pid, signal.SIGINT)
+        assert run.wait(timeout=10) == 130
+    finally:
+        if run.poll() is None:
+            run.kill()
