@@ -116,6 +116,7 @@ def run(
     config: Path | None = trainer_commands.ConfigOpt,
     rl_steps: int | None = typer.Option(None, min=1, help="rl.steps: RL updates."),
     tasks: str | None = typer.Option(None, help="data.tasks, e.g. add,sub or add:2,mul@1-2."),
+    fmt: str | None = trainer_commands.FormatOpt,
     sampler: str | None = typer.Option(
         None, help="selection.sampler: ppm (predictive, reads the policy), uniform, greso, mopps."
     ),
@@ -166,7 +167,8 @@ def run(
             raise typer.BadParameter(f"no run {resume!r} under {out} (missing {path})")
         config, run_id = path, resume
     cfg = trainer_commands.build_config(
-        config, overrides, rl__steps=rl_steps, data__tasks=tasks, selection__sampler=sampler,
+        config, overrides, rl__steps=rl_steps, data__tasks=tasks, data__format=fmt,
+        selection__sampler=sampler,
         rl__algo=algo, rl__hybrid=hybrid, rl__reward_rules=None if reward_rules is None else
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
         data__prompts=_source(prompts), data__corpus=_source(corpus), data__dataset=dataset,
@@ -352,22 +354,32 @@ def datasets_export(
     size: int = typer.Option(1000, min=1, help="Prompts to write."),
     seed: int = typer.Option(0, help="The dataset generator's seed."),
     out: Path = typer.Option(..., help="The JSONL prompt file to write."),
+    fmt: str = typer.Option(
+        "direct",
+        "--format",
+        help="direct (the completion is the answer) or cot (the verifier reads only the final "
+        "<answer>...</answer> of a worked completion: verifier cot:rg:NAME).",
+    ),
 ) -> None:
     """Write a reasoning-gym task as a prompt file with its verifier named, to publish and
     train on like any user file (`rlstream run --prompts FILE`)."""
     if not source.startswith("rg:") or source == "rg:":
         raise typer.BadParameter(f"{source!r}: give rg:NAME (a reasoning-gym dataset)")
+    if fmt not in ("direct", "cot"):
+        raise typer.BadParameter(f"{fmt!r}: choose direct or cot", param_hint="--format")
     from rlstream.trainers.envs.rgym import export_rows
 
     try:
         rows = export_rows(source.removeprefix("rg:"), size, seed)
     except (KeyError, ValueError) as exc:
         raise typer.BadParameter(f"{source}: {exc}") from None
+    if fmt == "cot":
+        rows = [r | {"verifier": f"cot:{r['verifier']}"} for r in rows]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(row) + "\n" for row in rows))
     longest = max(len(r["text"]) for r in rows)
     print_figures(f"exported {source}", {"prompts": len(rows), "file": str(out),
-                  "verifier": source, "longest_text_chars": longest})  # fmt: skip
+                  "verifier": rows[0]["verifier"], "longest_text_chars": longest})  # fmt: skip
 
 
 @app.command()

@@ -47,6 +47,10 @@ class ModelConfig:
     """embedding width (the tiny preset)"""
     block_size: int = 32
     """context length (prompt + completion)"""
+    tokenizer: str = "char"
+    """a preset's tokenizer: char (one token per printable ASCII character), bpe:N (a byte-level
+    BPE of N tokens trained on the run's corpus and train prompts, saved with the model; the run
+    names its directory here), or a tokenizer directory. A model directory brings its own"""
     chat_template: str = "auto"
     """auto: prompts go through the tokenizer's chat template when it has one; off: raw text"""
     lora: str | None = None
@@ -62,10 +66,16 @@ class ModelConfig:
     """torch CPU threads per process (default: 2 in-process, 1 per streaming process)"""
 
     def __post_init__(self):
-        from rlstream.trainers.modelpath import ModelPathError, parse_lora, resolve_path
+        from rlstream.trainers.modelpath import (
+            ModelPathError,
+            parse_lora,
+            parse_tokenizer,
+            resolve_path,
+        )
 
         try:
             kind, _ = resolve_path(self.path)
+            parse_tokenizer(self.tokenizer, kind)
             if self.lora is not None:
                 parse_lora(self.lora)
                 if kind == "preset":
@@ -96,6 +106,10 @@ class DataConfig:
     """pre-training documents (worked solutions from the train split)"""
     flaw_rate: float = 0.65
     """share of flawable documents written with their family's systematic mistake"""
+    format: str = "direct"
+    """how the generated prompts are answered: direct (the answer alone) or cot (a worked
+    solution, then the final answer in <answer>...</answer>, which alone is verified; needs
+    model.block_size about 96 and rl.max_new_tokens about 48)"""
     prompts: str | None = None
     """the run's prompts: a JSONL/CSV/Parquet file (published to rl.prompts.v1 first) or
     topic:DATASET (already there, from any producer); unset: generated from data.tasks"""
@@ -110,7 +124,7 @@ class DataConfig:
     (chosen by prompt_id, so the same prompts in every run)"""
 
     def __post_init__(self):
-        from rlstream.trainers.envs import TaskMix
+        from rlstream.trainers.envs import TaskMix, get_task
 
         _at_least("data", "pool_size", self.pool_size, 1)
         _at_least("data", "corpus_docs", self.corpus_docs, 1)
@@ -122,6 +136,13 @@ class DataConfig:
             TaskMix.parse(self.tasks)
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"data.tasks: {exc.args[0]}") from None
+        _choice("data", "format", self.format, ("direct", "cot"))
+        if self.format == "cot":
+            mix = TaskMix.parse(self.tasks)
+            flat = [n for n in mix.weights if not hasattr(get_task(n), "solve")]
+            if flat:
+                raise ConfigError(f"data.format: cot: task {flat[0]!r} has no worked solutions "
+                                  "(the built-in families do); use data.format=direct")  # fmt: skip
         for name in ("prompts", "corpus"):
             source = getattr(self, name)
             if source is None or source.startswith("topic:"):

@@ -412,10 +412,12 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     from rlstream.ops.report import write_report
     from rlstream.ops.run import stack_or_endpoints
     from rlstream.ops.watch import RunWatcher
+    from rlstream.trainers.datasets import with_tokenizer
 
     cfg = with_dataset(cfg)
     out = (out_root / cfg.run_id).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    cfg = with_tokenizer(cfg, out / "tokenizer")  # bpe:N: trained once, every process loads it
     cfg_path = cfg.write(out / "config.json")
     (out / "config.yaml").write_text(show(cfg))
     tracker = open_tracker(cfg, out)

@@ -29,6 +29,12 @@ ModelOpt = typer.Option(
 LoraOpt = typer.Option(
     None, "--lora", help="model.lora: LoRA adapters on --model DIR, e.g. r=16,alpha=32."
 )
+FormatOpt = typer.Option(
+    None,
+    "--format",
+    help="data.format: direct (the answer alone) or cot (worked steps, then <answer>X</answer>; "
+    "raise model.block_size to 96 and rl.max_new_tokens to 48).",
+)
 
 
 def build_config(config: Path | None, overrides: list[str], base=None, **options):
@@ -78,6 +84,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         mode: str = typer.Option("local", help="local: pre-train, RL and evaluate in-process"),
         config: Path | None = ConfigOpt,
         tasks: str | None = typer.Option(None, help="data.tasks, e.g. add,sub:2,mul@1-2"),
+        fmt: str | None = FormatOpt,
         algo: str | None = typer.Option(None, help="rl.algo: grpo or ppo"),
         sampler: str | None = typer.Option(None, help="selection.sampler: ppm, uniform, ..."),
         rl_steps: int | None = typer.Option(None, help="rl.steps"),
@@ -107,8 +114,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         s = lambda p: None if p is None else str(p)  # noqa: E731
         cfg = build_config(
-            config, overrides, data__tasks=tasks, rl__algo=algo, selection__sampler=sampler,
-            rl__steps=rl_steps, pretrain__max_steps=pretrain_max_steps, seed=seed,
+            config, overrides, data__tasks=tasks, data__format=fmt, rl__algo=algo,
+            selection__sampler=sampler, rl__steps=rl_steps,
+            pretrain__max_steps=pretrain_max_steps, seed=seed,
             model__threads=threads, model__backend=backend, rl__hybrid=hybrid,
             rl__reward_rules=s(reward_rules), data__prompts=s(prompts), data__corpus=s(corpus),
             rl__reward_fn=reward_fn_spec(reward_fn), tracking__mlflow_uri=mlflow,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rlstream.schemas import RowError, make_event_id, prepare_row
 from rlstream.trainers.envs import TASKS, Prompt, TaskMix, get_task, sample_prompts, split_of
+from rlstream.trainers.envs.cot import in_format
 from rlstream.trainers.lm import EOS, Tokenizer, load_tokenizer
 
 HELDOUT_SALT = 0  # split_of seed for carving user datasets: independent of the run's seed
@@ -247,12 +248,58 @@ def local_view(cfg) -> tuple[DatasetView, dict[str, list]]:
     return view, {source: rows for source, rows in bad.items() if rows}
 
 
+def train_texts(cfg) -> list[str]:
+    """What a trained tokenizer learns from: the run's train prompts with their answers and its
+    pre-training documents (data.prompts / data.corpus files, else the generated rows), never
+    a held-out prompt or a validation document."""
+    from rlstream.config import ConfigError
+    from rlstream.schemas import get
+
+    name = dataset_name(cfg)
+    for source in (cfg.data.prompts, cfg.data.corpus):
+        if source is not None and source.startswith("topic:"):
+            raise ConfigError(
+                f"model.tokenizer: {cfg.model.tokenizer} is trained on the run's data files; "
+                f"with {source} give a tokenizer directory (model.tokenizer=DIR)"
+            )
+    if cfg.data.prompts is None:
+        prompts = generated_prompt_rows(cfg, name)
+    else:
+        prompts, _ = file_rows(cfg.data.prompts, get("prompts"), name)
+    if cfg.data.corpus is not None:
+        docs, _ = file_rows(cfg.data.corpus, get("corpus"), name)
+    else:
+        docs = generated_corpus_rows(cfg, name) if cfg.data.prompts is None else []
+    texts = [
+        r["text"] + (r.get("answer") or "") + EOS
+        for r in prompts
+        if split_of_row(r, cfg.data.heldout_frac) == "train"
+    ]
+    return texts + [r["text"] for r in docs if r.get("split") != "validation"]
+
+
+def with_tokenizer(cfg, directory: Path):
+    """`cfg` as it is, unless model.tokenizer is bpe:N: then a BPE trained on the run's data
+    (`train_texts`) is saved in `directory` and the config names that directory, so every
+    process of the run, and a resumed run, loads the same tokenizer."""
+    from dataclasses import replace
+
+    from rlstream.trainers.modelpath import parse_tokenizer, resolve_path
+
+    kind, size = parse_tokenizer(cfg.model.tokenizer, resolve_path(cfg.model.path)[0])
+    if kind != "bpe":
+        return cfg
+    Tokenizer.bpe(train_texts(cfg), size).save(directory)
+    return replace(cfg, model=replace(cfg.model, tokenizer=str(Path(directory).resolve())))
+
+
 def generated_prompt_rows(cfg, dataset: str) -> list[dict]:
     """The generated pool (data.pool_size train draws, repeats kept as distinct events) and the
     held-out evaluation prompts (eval.prompts), as prompt rows of `dataset`."""
     mix = TaskMix.parse(cfg.data.tasks)
     pool = sample_prompts(mix, cfg.data.pool_size, "train", cfg.seed, unique=False)
     heldout = sample_prompts(mix, cfg.eval.prompts, "heldout", cfg.seed, strict=False)
+    pool, heldout = ([in_format(p, cfg.data.format) for p in ps] for ps in (pool, heldout))
     rows = [
         p.to_row()
         | {"split": "train", "dataset": dataset, "event_id": make_event_id("pool", dataset, i)}
@@ -276,8 +323,9 @@ def generated_corpus_rows(cfg, dataset: str) -> list[dict]:
     from rlstream.trainers.pretrain import VAL_DOCS, build_corpus
 
     mix = TaskMix.parse(cfg.data.tasks)
-    docs = build_corpus(mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed)
-    val = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed)
+    fmt = cfg.data.format
+    docs = build_corpus(mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed, fmt)
+    val = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed, fmt)
     rows = [
         {"doc_id": f"{dataset}-doc-{i:08d}", "text": d, "source": "generator", "split": "train"}
         for i, d in enumerate(docs)

@@ -1,7 +1,7 @@
 """The policy model: a Hugging Face `transformers` causal LM, its tokenizer, and from-scratch
 presets.
 
-    tok = load_tokenizer(cfg.model)            # a user's tokenizer, or the char-level one
+    tok = load_tokenizer(cfg.model)            # a user's tokenizer, or a preset's
     model = build_model(cfg.model, tok, ...)   # AutoModelForCausalLM (+ a value head for PPO)
     logits = model(idx)                        # (B, T, V); model(idx, values=True) adds (B, T)
 
@@ -9,7 +9,8 @@ presets.
 `preset:NAME`, a from-scratch config built with `AutoModelForCausalLM.from_config`. Nothing is
 downloaded: a hub id is refused with the command that fetches it. The default preset is a
 GPT-2-architecture model sized like the hand-written GPT it replaced (4 layers x 128, 0.81 M
-parameters), with a character-level tokenizer saved as a standard tokenizer directory; a
+parameters), with a character-level tokenizer (or a byte-level BPE trained on the run's
+corpus, `model.tokenizer=bpe:N`) saved as a standard tokenizer directory; a
 Llama-architecture one of the same size (`tiny-llama`) learns the built-in arithmetic less well
 at the default budget.
 """
@@ -17,16 +18,17 @@ at the default budget.
 from __future__ import annotations
 
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rlstream.trainers.modelpath import PRESET_NAMES, parse_lora, resolve_path
+from rlstream.trainers.modelpath import PRESET_NAMES, parse_lora, parse_tokenizer, resolve_path
 
 PAD, EOS = "<pad>", "\n"  # the char tokenizer's pad token and end of a document / completion
+BPE_EOS = "<|endoftext|>"  # a trained BPE's end of sequence (a newline still ends a completion)
 CHARS = string.printable[:95]  # printable ASCII: every character the built-in tasks write
 
 
@@ -47,7 +49,13 @@ class Tokenizer:
         # no pad token (most causal LMs): pad with EOS; padding is masked everywhere it matters
         self.pad_id: int = hf.pad_token_id if hf.pad_token_id is not None else self.eos_id
         self.vocab = hf.get_vocab()
-        self.is_char = all(len(t) == 1 for t in self.vocab if t not in hf.all_special_tokens)
+        # one token per character, each standing for itself (a byte-level BPE's byte tokens
+        # are single characters too, but stand for bytes: "Ċ" is a newline)
+        self.is_char = all(
+            len(t) == 1 and hf.convert_tokens_to_string([t]) == t
+            for t in self.vocab
+            if t not in hf.all_special_tokens
+        )
         self.chat = False  # prompts go through the tokenizer's chat template (load_tokenizer)
         self._texts: list[str] | None = None  # each token's text, for stop_ids
         self._stops: dict[tuple[str, ...], frozenset[int]] = {}
@@ -67,6 +75,33 @@ class Tokenizer:
         hf = PreTrainedTokenizerFast(
             tokenizer_object=rust, pad_token=PAD, eos_token=EOS, clean_up_tokenization_spaces=False
         )
+        return cls(hf)
+
+    @classmethod
+    def bpe(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
+        """A byte-level BPE of `vocab_size` tokens trained on `texts`: <pad> 0, <|endoftext|> 1,
+        the 256 bytes, then merges. GPT-2's pre-split keeps merges inside words, numbers and
+        runs of punctuation, and digits stay one token each (as Llama's and Qwen's do), so a
+        number's tokens do not depend on its neighbours. Any text encodes: nothing is unknown."""
+        from tokenizers import Tokenizer as RustTokenizer
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+        from transformers import PreTrainedTokenizerFast
+
+        rust = RustTokenizer(models.BPE())
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        rust.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
+        rust.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=[PAD, BPE_EOS], show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )  # fmt: skip
+        rust.train_from_iterator(texts, trainer)
+        hf = PreTrainedTokenizerFast(
+            tokenizer_object=rust, pad_token=PAD, eos_token=BPE_EOS,
+            clean_up_tokenization_spaces=False,
+        )  # fmt: skip
         return cls(hf)
 
     @classmethod
@@ -252,10 +287,20 @@ def merged(lm):
 
 
 def load_tokenizer(m) -> Tokenizer:
-    """The run's tokenizer: the model directory's own, or the char-level one for a preset;
-    prompts use its chat template when it has one and model.chat_template is auto."""
+    """The run's tokenizer: the model directory's own, or a preset's (model.tokenizer: the
+    char-level one, or a directory); prompts use its chat template when it has one and
+    model.chat_template is auto. A bpe:N not trained yet is an error: `trained_tokenizer`."""
     kind, where = resolve_path(m.path)
-    tok = Tokenizer.char() if kind == "preset" else Tokenizer.load(where)
+    if kind == "dir":
+        tok = Tokenizer.load(where)
+    else:
+        tok_kind, tok_where = parse_tokenizer(m.tokenizer, kind)
+        if tok_kind == "bpe":
+            raise ValueError(
+                f"model.tokenizer: {m.tokenizer} is trained on the run's data before the run "
+                "starts (datasets.with_tokenizer names its directory)"
+            )
+        tok = Tokenizer.char() if tok_kind == "char" else Tokenizer.load(tok_where)
     tok.chat = m.chat_template == "auto" and bool(getattr(tok.hf, "chat_template", None))
     return tok
 

@@ -10,7 +10,9 @@ is checkpointed, so a resumed run repeats the uninterrupted one exactly (CPU, sa
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from rlstream.trainers.checkpoint import (
 )
 from rlstream.trainers.collect import collect
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
-from rlstream.trainers.datasets import local_view, usable
+from rlstream.trainers.datasets import local_view, usable, with_tokenizer
 from rlstream.trainers.evaluate import evaluate_with
 from rlstream.trainers.pretrain import Corpus
 from rlstream.trainers.report import bar_info, make_summary, progress_bars, write_outputs
@@ -164,6 +166,13 @@ def train_local(
     of cfg.data.pool_size train prompts).
     """
     opts = opts or LocalOptions()
+    keep = opts.out_dir or opts.checkpoint_dir  # a trained tokenizer goes there (bpe:N)
+    with contextlib.ExitStack() as scratch:
+        where = Path(keep) if keep else Path(scratch.enter_context(tempfile.TemporaryDirectory()))
+        return _train_local(with_tokenizer(cfg, where / "tokenizer"), opts, store, sampler)
+
+
+def _train_local(cfg: Config, opts: LocalOptions, store, sampler) -> dict:
     t0 = time.time()
     if store is None and opts.checkpoint_dir:
         store = DirectoryStore(opts.checkpoint_dir)

@@ -37,6 +37,39 @@ def resolve_path(path: str) -> tuple[str, str]:
     raise ModelPathError(f"model.path: {path} does not exist (a model directory or preset:NAME)")
 
 
+BPE_SIZES = (260, 65_536)  # a byte-level BPE has 256 byte tokens and two special ones
+
+
+def parse_tokenizer(spec: str, model_kind: str) -> tuple[str, int | str | None]:
+    """What model.tokenizer names: ("char", None), ("bpe", N) or ("dir", DIR); a
+    ModelPathError names the fix otherwise."""
+    if model_kind != "preset" and spec != "char":
+        raise ModelPathError(
+            f"model.tokenizer: {spec!r}: a model directory brings its own tokenizer "
+            "(model.tokenizer chooses a preset's)"
+        )
+    if spec == "char":
+        return "char", None
+    if spec.startswith("bpe:"):
+        low, high = BPE_SIZES
+        try:
+            size = int(spec.removeprefix("bpe:"))
+        except ValueError:
+            size = 0
+        if not low <= size <= high:
+            raise ModelPathError(
+                f"model.tokenizer: {spec!r}: give bpe:N, the vocabulary size, {low} <= N <= {high}"
+            )
+        return "bpe", size
+    p = Path(spec).expanduser()
+    if (p / "tokenizer_config.json").is_file():
+        return "dir", str(p)
+    raise ModelPathError(
+        f"model.tokenizer: {spec!r} is not char, bpe:N or a tokenizer directory "
+        "(tokenizer_config.json, what save_pretrained writes)"
+    )
+
+
 LORA_KEYS = {"r": int, "alpha": float, "dropout": float}
 
 

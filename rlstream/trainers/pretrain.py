@@ -28,15 +28,19 @@ def worked_document(prompt: Prompt, rng: random.Random, flaw_rate: float) -> str
 
 
 def build_corpus(
-    mix: TaskMix, n_docs: int, flaw_rate: float, seed: int, split_seed: int
+    mix: TaskMix, n_docs: int, flaw_rate: float, seed: int, split_seed: int, fmt: str = "direct"
 ) -> list[str]:
-    """n_docs worked documents from the train split only (held-out prompts never appear)."""
+    """n_docs worked documents from the train split only (held-out prompts never appear), in
+    format `fmt` (direct: the answer; cot: a worked solution, `envs/cot.py`)."""
+    from rlstream.trainers.envs import cot
+
+    write = cot.document if fmt == "cot" else worked_document
     rng = random.Random(f"corpus:{seed}")
     docs = []
     while len(docs) < n_docs:
         p = mix.draw(rng)
         if split_of(p.prompt_id, split_seed, mix.heldout_frac) == "train":
-            docs.append(worked_document(p, rng, flaw_rate))
+            docs.append(write(p, rng, flaw_rate))
     return docs
 
 
@@ -46,14 +50,16 @@ VAL_DOCS = 4096  # validation documents: a separate draw of the generated corpus
 def validation_corpus(cfg, tok: Tokenizer) -> Corpus:
     """The fixed validation documents the plateau detector is judged on (cfg: a Config)."""
     mix = TaskMix.parse(cfg.data.tasks)
-    docs = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed)
+    docs = build_corpus(mix, VAL_DOCS, cfg.data.flaw_rate, cfg.seed + 1, cfg.seed, cfg.data.format)
     return Corpus(docs, tok, cfg.model.block_size)
 
 
 def generated_corpus(cfg, tok: Tokenizer) -> Corpus:
     """cfg.data.corpus_docs worked documents from the task mix's train split."""
     mix = TaskMix.parse(cfg.data.tasks)
-    docs = build_corpus(mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed)
+    docs = build_corpus(
+        mix, cfg.data.corpus_docs, cfg.data.flaw_rate, cfg.seed, cfg.seed, cfg.data.format
+    )
     return Corpus(docs, tok, cfg.model.block_size)
 
 

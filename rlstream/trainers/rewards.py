@@ -8,6 +8,10 @@ A rule file looks like::
         {"type": "length_penalty", "max_chars": 8, "per_char": 0.05}
     ]}
 
+`verifier` is each prompt's own verifier (a chain-of-thought prompt's reads only its final
+answer tag), so a format bonus can sit beside it:
+`[{"type": "verifier"}, {"type": "format", "pattern": ".*<answer>.*</answer>", "weight": 0.1}]`.
+
 The reward is the weighted sum of the rules. Every rule is validated on load; a bad file raises
 `RewardConfigError` naming the field (`rules[1].pattern: ...`). Keyword arguments are the prompt
 columns (`answer`, `text`, ...), one value per completion.
@@ -135,6 +139,7 @@ def register_rule(name: str, fn: RewardFn, **params: tuple) -> None:
 
 
 register_rule("exact_match", exact_match)
+register_rule("verifier", lambda completions, prompts, **kw: verifier_reward(completions, prompts))
 register_rule("numeric", numeric, abs_tol=(_NUMBER, False), rel_tol=(_NUMBER, False))
 register_rule("countdown", countdown)
 register_rule("format", format_match, pattern=(str, True))

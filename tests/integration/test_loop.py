@@ -240,7 +240,10 @@ def test_policy_versions_advance_and_both_workers_use_them(loop_run):
 
 
 def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home, tmp_path):
-    # DAPO's dynamic sampling, streamed: dropped groups count as consumed and get refilled
+    # DAPO's dynamic sampling, streamed: dropped groups count as consumed and get refilled;
+    # on chain-of-thought prompts, whose rewards come from the final <answer> tag alone
+    from rlstream.trainers.envs import Prompt, verify
+
     summary = tmp_path / "summary.json"
     asyncio.run(_publish_poison("loop-filter"))  # and rows it must refuse, not train on
     cli(
@@ -260,9 +263,25 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
         "filter_zero_variance=true",
         "--set",
         "filter_max_rounds=2",
+        "--format",
+        "cot",
+        "--set",
+        "model.block_size=96",
+        "--set",
+        "rl.max_new_tokens=48",
         timeout=900,
     )
     figures = json.loads(summary.read_text())
+    requests = {r["request_id"]: r for r in _rows_of("loop-filter", "rollout_requests")}
+    assert {r["verifier"] for r in requests.values()} == {"cot:add", "cot:sub"}
+    completions = {(r["request_id"], r["sample_idx"]): r["completion"]
+                   for r in _rows_of("loop-filter", "rollouts")}  # fmt: skip
+    rewards = [r for r in _rows_of("loop-filter", "rewards") if r["request_id"] in requests]
+    assert rewards
+    for r in rewards:
+        q = requests[r["request_id"]]
+        prompt = Prompt(q["prompt_id"], q["text"], q["task"], 0, q["answer"], q["verifier"])
+        assert r["correct"] == verify(completions[(r["request_id"], r["sample_idx"])], prompt)
     assert figures["completed"] and figures["rl_steps"] == STEPS
     # this barely pre-trained policy gets most prompts all wrong: the filter drops groups, up
     # to its cap of 2 rounds x P per batch, and then lets zero-variance groups fill the batch
@@ -284,10 +303,14 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
     assert figures["restarts"] == {}  # nothing crashed on them
 
 
-def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(loop_run, tmp_path):
+def test_ppo_hybrid_reward_rules_and_a_trained_bpe_reach_the_live_loop(loop_run, tmp_path):
     # the JSON rules (the verifier plus half a point for an all-digit answer) are what
     # score_rollouts applies, so they are what the trainer receives; PPO trains its value head
-    # and hybrid mode mixes pre-training loss into every update, all through `rlstream run`
+    # and hybrid mode mixes pre-training loss into every update, all through `rlstream run`;
+    # the preset's tokenizer is a byte-level BPE the run trains on its data once, which every
+    # process loads and every policy version carries
+    from rlstream.trainers.lm import Tokenizer
+
     rules = tmp_path / "rules.json"
     rules.write_text(
         json.dumps(
@@ -304,7 +327,8 @@ def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(loop_run, tmp_path):
     earlier = sorted((r["event_id"], r["reward"]) for r in _rows("rewards"))
     cli("run", "--rl-steps", "3", "--algo", "ppo", "--hybrid", "--reward-rules", str(rules),
         "--sampler", "uniform", "--run-id", run_id, "--out", str(tmp_path),
-        "--summary", str(summary), *SMALL, "--set", "rl.update_epochs=2", timeout=900)  # fmt: skip
+        "--summary", str(summary), *SMALL, "--set", "rl.update_epochs=2",
+        "--set", "model.tokenizer=bpe:300", timeout=900)  # fmt: skip
     figures = json.loads(summary.read_text())
     assert figures["completed"] and figures["algo"] == "ppo" and figures["hybrid"]
     rewards = _rows_of(run_id, "rewards")
@@ -326,6 +350,16 @@ def test_ppo_hybrid_and_reward_rules_reach_the_live_loop(loop_run, tmp_path):
     assert sorted((r["event_id"], r["reward"]) for r in _rows("rewards")) == earlier
     config = (tmp_path / run_id / "config.yaml").read_text()
     assert "algo: ppo" in config and "hybrid: true" in config  # the effective config is kept
+    trained = Tokenizer.load(tmp_path / run_id / "tokenizer")
+    assert f"tokenizer: {tmp_path / run_id / 'tokenizer'}" in config
+    assert not trained.is_char and trained.eos == "<|endoftext|>"
+    exported = tmp_path / "exported"
+    cli("export", run_id, "--out", str(exported), "--runs", str(tmp_path))
+    assert Tokenizer.load(exported).vocab == trained.vocab  # the policy version's own
+    asked = {r["request_id"]: r["text"] for r in _rows_of(run_id, "rollout_requests")}
+    for r in _rows_of(run_id, "experience"):  # what the workers sampled, in the BPE's ids
+        assert r["prompt_tokens"] == trained.encode(asked[r["request_id"]])
+        assert max(r["prompt_tokens"] + r["completion_tokens"]) < trained.vocab_size
 
 
 def test_the_ppm_scheduler_records_every_decision_and_reads_the_policy(loop_run):

@@ -1,4 +1,5 @@
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -96,3 +97,92 @@ def test_small_task_spaces():
         sample_prompts(mix, 100, "heldout", seed=0)
     few = sample_prompts(mix, 100, "heldout", seed=0, strict=False)
     assert 0 < len(few) < 100 and len({p.prompt_id for p in few}) == len(few)
+
+
+BUILT_IN = ("add", "sub", "mul", "chain", "countdown", "word")
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_a_worked_solution_verifies_by_its_final_answer_and_a_flawed_one_errs_in_its_steps(name):
+    from rlstream.trainers.envs.cot import final_answer
+
+    family, cot = get_task(name), get_task(f"cot:{name}")
+    rng, flawed_seen = random.Random(0), 0
+    for _ in range(400):
+        p = cot.generate(rng, rng.choice(family.difficulties))
+        assert p.verifier == f"cot:{name}" and p.task == name
+        solution = cot.solution(p)
+        assert verify(solution, p)  # the verifier reads the tag...
+        assert not verify(p.answer, p)  # ...and a completion without one is wrong
+        assert verify("steps that are all wrong<answer>" + p.answer + "</answer>", p)  # only it
+        flawed = cot.solution(p, flawed=True)
+        assert (flawed is None) == (family.flawed_answer(p) is None)
+        if flawed is not None:
+            flawed_seen += 1
+            steps, wrong = flawed.split("<answer>")[0], final_answer(flawed)
+            assert wrong == family.flawed_answer(p) and not verify(flawed, p)
+            if steps == solution.split("<answer>")[0]:  # only the top digits carried:
+                assert name in ("add", "mul") and wrong[:-1] == p.answer[:-1]  # carry dropped
+            else:  # the mistake is made in the steps, and the answer follows from them
+                assert wrong != p.answer
+    assert flawed_seen > 0 or name == "countdown"
+
+
+def test_worked_solutions_are_the_textbook_steps():
+    def solved(task: str, text: str) -> tuple[str, str | None]:
+        p = replace(get_task(task).generate(random.Random(0), 1), text=text)
+        if task == "word":
+            p = replace(p, answer=str(int(text.split()[2]) - int(text.split()[7].rstrip("."))))
+        cot = get_task(f"cot:{task}")
+        return cot.solution(p), cot.solution(p, flawed=True)
+
+    assert solved("add", "037+085=") == (
+        "7+5=12;3+8+1=12;0+0+1=1<answer>2210</answer>",
+        "7+5=12;3+8=11;0+0=0<answer>2100</answer>",  # every carry dropped
+    )
+    assert solved("sub", "085-037=") == (
+        "15-7=8;8-3-1=4;0-0=0<answer>840</answer>",
+        "15-7=8;8-3=5;0-0=0<answer>850</answer>",  # the borrow never taken
+    )
+    assert solved("mul", "037*4=") == (
+        "7*4=28;3*4+2=14;0*4+1=1<answer>8410</answer>",
+        "7*4=28;3*4=12;0*4=0<answer>8200</answer>",  # the carries between products dropped
+    )
+    assert solved("chain", "037+085-020=") == (
+        "37+85=122;122-20=102<answer>2010</answer>",
+        "37+85=112;112-20=92<answer>2900</answer>",  # the units carry forgotten
+    )
+    assert solved("word", "bob has 9 pens and gives away 5. how many pens? ") == (
+        "9-5=4<answer>4</answer>",
+        "9-5=5<answer>5</answer>",  # off by one
+    )
+    p = replace(get_task("countdown").generate(random.Random(0), 2), answer="3*5+7")
+    assert get_task("cot:countdown").solution(p) == "3*5=15;15+7=22<answer>3*5+7</answer>"
+
+
+def test_the_cot_format_reaches_the_generated_prompts_and_corpus():
+    from rlstream.config import ConfigError, load_config
+    from rlstream.trainers.datasets import generated_corpus_rows, generated_prompt_rows
+
+    cfg = load_config(None, ["data.format=cot", "data.tasks=add,mul", "data.corpus_docs=500",
+                             "eval.prompts=16"])  # fmt: skip
+    rows = generated_prompt_rows(cfg, "d")
+    assert {r["verifier"] for r in rows} == {"cot:add", "cot:mul"}
+    docs = [r["text"] for r in generated_corpus_rows(cfg, "d")]
+    assert all(d.endswith("</answer>\n") and ";" in d for d in docs)
+    flawed = [d for d in docs if not verify(d.split("=", 1)[1], _prompt_of(d))]
+    assert 0 < len(flawed) < len(docs)  # data.flaw_rate of the flawable ones, in the steps
+    with pytest.raises(ConfigError, match="data.format: cot: task 'rg:gcd' has no worked"):
+        load_config(None, ["data.format=cot", "data.tasks=rg:gcd"])
+    with pytest.raises(ConfigError, match="data.format: 'steps' is not one of direct, cot"):
+        load_config(None, ["data.format=steps"])
+
+
+def _prompt_of(document: str):
+    text = document.split("=", 1)[0] + "="
+    task = "add" if "+" in text else "mul"
+    a, b = (int(n) for n in text.rstrip("=").replace("+", " ").replace("*", " ").split())
+    value = a + b if task == "add" else a * b
+    width = 4
+    return replace(get_task(task).generate(random.Random(0), 1), text=text, task=task,
+                   answer=encode_number(value, width), verifier=f"cot:{task}")  # fmt: skip

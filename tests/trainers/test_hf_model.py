@@ -110,3 +110,41 @@ def test_lora_trains_only_the_adapters_and_exports_merged_weights(tmp_path):
     assert before.keys() == after.keys()  # merged: a plain checkpoint, no adapter tensors
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed and all("proj" in k for k in changed)  # the adapted linears, nothing else
+
+
+def test_a_preset_trains_a_byte_level_bpe_on_the_runs_data_and_saves_it_with_the_model(tmp_path):
+    from transformers import AutoTokenizer
+
+    from rlstream.trainers.datasets import dataset_name, generated_prompt_rows, train_texts
+
+    out = tmp_path / "out"
+    cfg = tiny("model.tokenizer=bpe:300", "data.tasks=add,word", "model.block_size=48")
+    texts = set(train_texts(cfg))
+    rows = generated_prompt_rows(cfg, dataset_name(cfg))
+    assert {r["text"] + r["answer"] + "\n" for r in rows if r["split"] == "train"} <= texts
+    held = [r["text"] for r in rows if r["split"] == "heldout"]
+    assert held and not any(t.startswith(h) for t in texts for h in held)  # never learned from
+    summary = train_local(cfg, LocalOptions(out_dir=str(out), progress=False))
+    assert summary["rl_steps"] == 4
+    trained = Tokenizer.load(out / "tokenizer")  # trained once, named in the run's config
+    assert not trained.is_char and trained.vocab_size == 300 and trained.eos == "<|endoftext|>"
+    text = "037+085=122\ncid buys 4 bags of 6 apples. how many apples? 24\n"
+    ids = trained.encode(text)
+    assert [trained.decode([i]) for i in ids[:3]] == ["0", "3", "7"]  # digits stay single
+    assert len(ids) < len(text) - 20  # merges learned from the words
+    exported = AutoTokenizer.from_pretrained(str(out / "model"))  # beside the model's weights
+    assert exported.get_vocab() == trained.vocab
+    assert exported.decode(exported.encode("héllo 12")) == "héllo 12"  # bytes: nothing unknown
+
+
+def test_a_bad_tokenizer_setting_names_the_field_and_the_fix(tmp_path):
+    from rlstream.config import ConfigError
+
+    for spec, fix in (("bpe:10", "260 <= N"), ("words", "char, bpe:N or a tokenizer directory")):
+        with pytest.raises(ConfigError, match=f"model.tokenizer: .*{fix}"):
+            ModelConfig(tokenizer=spec)
+    user = tiny_model_dir(tmp_path / "qwen2", "qwen2")
+    with pytest.raises(ConfigError, match="brings its own tokenizer"):
+        ModelConfig(path=str(user), tokenizer="bpe:300")
+    with pytest.raises(ValueError, match="trained on the run's data"):
+        load_tokenizer(ModelConfig(tokenizer="bpe:300"))

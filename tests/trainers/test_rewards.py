@@ -68,3 +68,19 @@ def test_rule_files(tmp_path):
         build_reward(bad)
     with pytest.raises(RewardConfigError, match="missing.json"):
         build_reward(tmp_path / "missing.json")
+
+
+def test_a_format_bonus_sits_beside_a_chain_of_thought_prompts_own_verifier():
+    import random
+
+    from rlstream.trainers.envs import get_task
+    from rlstream.trainers.rewards import build_reward, call_reward
+
+    cot = get_task("cot:add")
+    prompt = cot.generate(random.Random(0), 2)
+    fn = build_reward({"rules": [{"type": "verifier"},
+                                 {"type": "format", "pattern": ".*<answer>.*</answer>",
+                                  "weight": 0.1}]})  # fmt: skip
+    right, tagged_wrong = cot.solution(prompt), "1+1=2<answer>9</answer>"
+    got = call_reward(fn, [right, tagged_wrong, prompt.answer], [prompt] * 3)
+    assert got == pytest.approx([1.1, 0.1, 0.0])  # the bare answer: no tag, neither reward

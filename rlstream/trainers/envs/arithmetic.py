@@ -88,6 +88,21 @@ class Addition(_Arithmetic):
             return None
         return "".join(str((x + y) % 10) for x, y in zip(da, db, strict=True)) + "0"
 
+    def solve(self, prompt: Prompt, flawed: bool = False) -> tuple[list[str], str] | None:
+        """Digit sums from the units up, each with the carry in: 7+5=12;3+8+1=12;0+0+1=1.
+        Flawed: every carry dropped (None when the sum has none)."""
+        a, b = _parse(prompt.text)
+        steps, digits, carry, carried = [], [], 0, False
+        for x, y in zip(_digits(a, self.width), _digits(b, self.width), strict=True):
+            total = x + y + carry
+            steps.append(f"{x}+{y}{f'+{carry}' if carry else ''}={total}")
+            digits.append(str(total % 10))
+            carried |= total >= 10
+            carry = 0 if flawed else total // 10
+        if flawed and not carried:
+            return None
+        return steps, "".join(digits) + str(carry)
+
 
 @dataclass
 class Subtraction(_Arithmetic):
@@ -104,6 +119,23 @@ class Subtraction(_Arithmetic):
         if all(x >= y for x, y in zip(da, db, strict=True)):
             return None
         return "".join(str((x - y) % 10) for x, y in zip(da, db, strict=True))
+
+    def solve(self, prompt: Prompt, flawed: bool = False) -> tuple[list[str], str] | None:
+        """Digit differences from the units up; a borrow shows as the ten it adds and the one
+        it takes from the next digit: 15-7=8;8-3-1=4;0-0=0. Flawed: the ten is added, the one
+        never taken (None when no digit borrows)."""
+        a, b = _parse(prompt.text)
+        steps, digits, borrow, borrowed = [], [], 0, False
+        for x, y in zip(_digits(a, self.width), _digits(b, self.width), strict=True):
+            ten = 10 if x - y - borrow < 0 else 0
+            diff = x + ten - y - borrow
+            steps.append(f"{'1' if ten else ''}{x}-{y}{f'-{borrow}' if borrow else ''}={diff}")
+            digits.append(str(diff))
+            borrowed |= ten > 0
+            borrow = 0 if flawed else ten // 10
+        if flawed and not borrowed:
+            return None
+        return steps, "".join(digits)
 
 
 @dataclass
@@ -123,6 +155,21 @@ class Multiplication(_Arithmetic):
         if all(p < 10 for p in prods):
             return None
         return "".join(str(p % 10) for p in prods) + "0"
+
+    def solve(self, prompt: Prompt, flawed: bool = False) -> tuple[list[str], str] | None:
+        """Partial products from the units up, each with the carry in: 7*4=28;3*4+2=14;0*4+1=1.
+        Flawed: the carries between them dropped (None when no product carries)."""
+        a, b = _parse(prompt.text)
+        steps, digits, carry, carried = [], [], 0, False
+        for x in _digits(a, self.width):
+            product = x * b + carry
+            steps.append(f"{x}*{b}{f'+{carry}' if carry else ''}={product}")
+            digits.append(str(product % 10))
+            carried |= product >= 10
+            carry = 0 if flawed else product // 10
+        if flawed and not carried:
+            return None
+        return steps, "".join(digits) + str(carry)
 
 
 @dataclass
@@ -144,6 +191,16 @@ class Chain(_Arithmetic):
         if (a % 10) + (b % 10) < 10 or wrong < 0:
             return None
         return encode_number(wrong, self.width + 1)
+
+    def solve(self, prompt: Prompt, flawed: bool = False) -> tuple[list[str], str] | None:
+        """The intermediate result, then the final one: 37+85=122;122-20=102. Flawed: the sum
+        forgets its units carry (off by ten; None when the units do not carry)."""
+        a, b, c = _parse(prompt.text)
+        total = a + b - (10 if flawed else 0)
+        if flawed and ((a % 10) + (b % 10) < 10 or total - c < 0):
+            return None
+        steps = [f"{a}+{b}={total}", f"{total}-{c}={total - c}"]
+        return steps, encode_number(total - c, self.width + 1)
 
 
 for _family in (Addition(), Subtraction(), Multiplication(), Chain()):

@@ -80,8 +80,14 @@ def get_task(name: str) -> TaskFamily:
         from rlstream.trainers.envs.rgym import ReasoningGymTask
 
         register_task(ReasoningGymTask(name.removeprefix("rg:")))
+    if name not in TASKS and name.startswith("cot:"):
+        from rlstream.trainers.envs.cot import cot_family
+
+        register_task(cot_family(name))
     if name not in TASKS:
-        raise KeyError(f"unknown task family {name!r}; known: {sorted(TASKS)} or rg:<dataset>")
+        raise KeyError(
+            f"unknown task family {name!r}; known: {sorted(TASKS)}, cot:<task> or rg:<dataset>"
+        )
     return TASKS[name]
 
 

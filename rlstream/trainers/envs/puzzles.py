@@ -79,7 +79,26 @@ class Countdown:
     def flawed_answer(self, prompt: Prompt) -> str | None:
         return None
 
+    def solve(self, prompt: Prompt, flawed: bool = False) -> tuple[list[str], str] | None:
+        """The expression evaluated one operation at a time, in order of precedence, to the
+        target: 3*5=15;15+7=22, then the expression (no systematic flaw: None if flawed)."""
+        if flawed:
+            return None
+        steps: list[str] = []
 
+        def ev(node: ast.AST) -> int:
+            if isinstance(node, ast.Constant):
+                return node.value
+            left, right = ev(node.left), ev(node.right)
+            value = _OPS[type(node.op)](left, right)
+            steps.append(f"{left}{_SYMBOLS[type(node.op)]}{right}={value}")
+            return value
+
+        ev(ast.parse(prompt.answer, mode="eval").body)
+        return steps, prompt.answer
+
+
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _NAMES = ["ann", "bob", "cid", "dee", "eve", "fay", "gus", "hal"]
 _ITEMS = ["pens", "eggs", "cups", "hats", "keys", "apples"]
 _TEMPLATES = {
@@ -87,6 +106,8 @@ _TEMPLATES = {
     "-": "{n} has {a} {i} and gives away {b}. how many {i}?",
     "*": "{n} buys {a} bags of {b} {i}. how many {i}?",
 }
+
+_MARKERS = {"+": " more.", "-": " gives away ", "*": " bags of "}  # which template a text is
 
 
 @dataclass
@@ -112,6 +133,15 @@ class WordProblem:
     def flawed_answer(self, prompt: Prompt) -> str | None:
         # Off by one on subtraction problems (a classic fencepost slip).
         return str(int(prompt.answer) + 1) if "gives away" in prompt.text else None
+
+    def solve(self, prompt: Prompt, flawed: bool = False) -> tuple[list[str], str] | None:
+        """The problem's equation: 4*6=24. Flawed: a subtraction off by one."""
+        answer = self.flawed_answer(prompt) if flawed else prompt.answer
+        if answer is None:
+            return None
+        a, b = (int(n) for n in re.findall(r"\d+", prompt.text)[:2])
+        op = next(op for op, marker in _MARKERS.items() if marker in prompt.text)
+        return [f"{a}{op}{b}={answer}"], answer
 
 
 register_task(Countdown())
