@@ -161,3 +161,18 @@ def test_reasoning_gym_task_spec_resolves_to_a_verifiable_family():
     prompts = [p for p in sample_prompts(mix, 40, "train", 0) if p.task == "rg:gcd"]
     assert prompts and all(verify(p.answer, p) for p in prompts)
     assert not verify("not a number", prompts[0])
+
+
+def test_cot_pools_are_drawn_in_the_chain_of_thought_format(tmp_path, cache_dir):
+    from rlstream.trainers.envs import verify
+    from rlstream.trainers.envs.cot import cot_family
+    from rlstream.trainers.selection.bench import build_pools
+
+    cot = with_values(TINY_TRAIN, **{"data.format": "cot", "model.block_size": 96,
+                                     "rl.max_new_tokens": 48})  # fmt: skip
+    pools = build_pools(tiny(tmp_path, cache_dir, train=cot, pool="both"), lambda _: None)
+    for pool in pools.values():
+        prompts = pool["pool"] + pool["eval"]
+        assert {p.verifier for p in prompts} >= {"cot:add", "cot:sub"}
+        for p in prompts[:50]:  # the final answer in its tag is what the verifier reads
+            assert verify(cot_family(p.verifier).solution(p), p) and not verify(p.answer, p)

@@ -22,6 +22,7 @@ import numpy as np
 
 from rlstream.config import Config, with_values
 from rlstream.trainers.envs import TaskMix, sample_prompts
+from rlstream.trainers.envs.cot import in_format
 from rlstream.trainers.selection import metrics as M
 from rlstream.trainers.selection.allocation import compare_allocations
 from rlstream.trainers.selection.loop import ArmArgs, arm_spec, run_arm
@@ -133,17 +134,21 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
     cache = Path(a.cache_dir).expanduser()
     cfg = a.train
     blob, cached = pretrained_policy(cfg, cache, a.arm.threads, status("pre-train"))
-    mix = TaskMix.parse(a.task)
-    pool = sample_prompts(mix, a.pool_size, "train", cfg.seed)
+    mix, fmt = TaskMix.parse(a.task), cfg.data.format
+
+    def draw(mix: TaskMix, n: int, split: str) -> list:  # in the run's answer format
+        return [in_format(p, fmt) for p in sample_prompts(mix, n, split, cfg.seed)]
+
+    pool = draw(mix, a.pool_size, "train")
     out = {}
     if "default" in a.pools:
-        ev = sample_prompts(mix, a.eval_prompts, "heldout", cfg.seed)
+        ev = draw(mix, a.eval_prompts, "heldout")
         out["default"] = {"blob": blob, "pool": pool, "eval": ev, "cached": cached, "cfg": cfg}
     if "late" in a.pools:
         late, lc = late_policy(blob, cfg, pool, a.late_warmup, cache, a.arm, status("late warm-up"))
         lmix = TaskMix.parse(f"{a.task},{a.late_extra}" if a.late_extra else a.task)
-        lpool = sample_prompts(lmix, a.pool_size, "train", cfg.seed)
-        ev = sample_prompts(lmix, a.eval_prompts, "heldout", cfg.seed)
+        lpool = draw(lmix, a.pool_size, "train")
+        ev = draw(lmix, a.eval_prompts, "heldout")
         late_cfg = with_values(cfg, **{"rl.lr": a.late_rl_lr})
         out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc, "cfg": late_cfg}
     return out

@@ -9,6 +9,8 @@ import typer
 
 from rlstream.trainers.commands import ConfigOpt, SetOpt, build_config
 
+COT_BLOCK_SIZE, COT_MAX_NEW_TOKENS = 96, 48  # the longest built-in worked solution: 45 chars
+
 
 def register(bench_app: typer.Typer) -> None:
     """Add `bench selection` to the bench command group."""
@@ -24,6 +26,9 @@ def register(bench_app: typer.Typer) -> None:
         pool: str = typer.Option("both", help="default | late | both"),
         task: str = typer.Option(
             "add,sub", help="task mix (e.g. add,sub or add:2,mul@1-2) or rg:<reasoning-gym name>"
+        ),
+        fmt: str = typer.Option(
+            None, "--format", help="direct or cot (worked solutions; context 96, completions 48)"
         ),
         target_accuracy: float = typer.Option(
             None, help="held-out greedy target (default: start + 90% of uniform's mean gain)"
@@ -104,6 +109,11 @@ def _override(a, opts: dict):
         "ppm_features": "selection.ppm_features",
     }
     train = {dotted: opts[k] for k, dotted in names.items() if opts.get(k) is not None}
+    if opts.get("fmt") is not None:
+        train["data.format"] = opts["fmt"]
+        if opts["fmt"] == "cot":  # worked solutions are longer than the answers
+            train.setdefault("model.block_size", COT_BLOCK_SIZE)
+            train.setdefault("rl.max_new_tokens", COT_MAX_NEW_TOKENS)
     if opts.get("n_embd") is not None:
         train["model.n_head"] = max(1, min(4, opts["n_embd"] // 16))
     arm = pick(["eval_every", "pass1_every"])
