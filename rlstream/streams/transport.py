@@ -34,7 +34,7 @@ assigned, recovered and Ready, and never fetched from its stream partitions agai
 found: faust's flow control after recovery is the suspect), and the loop starved. A stream
 partition with records past its commit, none fetched, none held by an agent and its commit
 unmoved for `STALL_AFTER_S` ends the process with `STALLED_EXIT`; the supervisor restarts it,
-which has cleared it every time, and nothing is lost (what a SIGKILL leaves, every process
+which cleared it in every case seen, and nothing is lost (what a SIGKILL leaves, every process
 survives).
 """
 

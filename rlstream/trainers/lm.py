@@ -289,7 +289,7 @@ def merged(lm):
 def load_tokenizer(m) -> Tokenizer:
     """The run's tokenizer: the model directory's own, or a preset's (model.tokenizer: the
     char-level one, or a directory); prompts use its chat template when it has one and
-    model.chat_template is auto. A bpe:N not trained yet is an error: `trained_tokenizer`."""
+    model.chat_template is auto. A bpe:N not trained yet (`datasets.with_tokenizer`) is an error."""
     kind, where = resolve_path(m.path)
     if kind == "dir":
         tok = Tokenizer.load(where)
