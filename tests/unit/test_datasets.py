@@ -13,6 +13,7 @@ from rlstream.trainers.datasets import (
     usable,
     verifier_problem,
 )
+from rlstream.trainers.envs import verify
 from rlstream.trainers.lm import Tokenizer
 
 PROMPTS = get("prompts")
@@ -129,6 +130,15 @@ def test_a_reasoning_gym_export_is_a_prompt_file_its_verifier_checks_anywhere(tm
     assert not fresh.verify(str(int(prompt.answer) + 1), prompt)
     # the default char model's context cannot take the questions: refused, with the reason
     assert "room for 24" in prompt_problem(rows[0], Tokenizer.char(), 24)
+    cot = tmp_path / "gcd-cot.jsonl"
+    result = CliRunner().invoke(app, ["datasets", "export", "rg:gcd", "--size", "12",
+                                      "--format", "cot", "--out", str(cot)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    row = prepare_row(PROMPTS, json.loads(cot.read_text().splitlines()[0]), "gcd")
+    prompt = prompt_of_row(row)
+    assert prompt.verifier == "cot:rg:gcd" and verifier_problem(row) is None
+    assert verify(f"gcd by Euclid, step by step<answer>{prompt.answer}</answer>", prompt)
+    assert not verify(prompt.answer, prompt)  # no tag: wrong in this format
 
 
 def test_a_restarted_scheduler_lines_its_pool_up_with_the_snapshot():
