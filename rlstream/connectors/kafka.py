@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -257,7 +258,24 @@ async def highwaters(endpoints: Endpoints, tps: list[TopicPartition]) -> dict[To
                 return found
         raise TimeoutError("the broker sent no fetch response within 5 s")
     finally:
+        await stop_consumer(c)
+
+
+async def stop_consumer(c: AIOKafkaConsumer) -> None:
+    """Stop a consumer that is being dropped, whatever state its broker is in. aiokafka's
+    `stop()` can raise the CancelledError of its own fetch task, cancelled in a retry backoff
+    while the broker was down: that is not this task being cancelled, and it escaped every
+    `except Exception` (the run's live view died of it after a broker kill, frozen for good).
+    A real cancellation of this task still propagates."""
+    try:
         await c.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.info("a consumer's stop raised its fetch task's cancellation; it is stopped")
+    except Exception as exc:  # noqa: BLE001  (a broker that is down: the client is dropped)
+        log.info("stopping a consumer: %s", exc)
 
 
 async def topic_partitions(consumer_: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

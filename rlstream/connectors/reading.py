@@ -9,7 +9,6 @@ where a bounded read stops. `follow` keeps reading past it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import consumer, topic_partitions
+from rlstream.connectors.kafka import consumer, stop_consumer, topic_partitions
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +210,6 @@ async def follow_run(
             log.warning("following %s: %s: %s; again in %.0f s",
                         ", ".join(topics), type(exc).__name__, exc, FOLLOW_RETRY_S)  # fmt: skip
         finally:
-            with contextlib.suppress(Exception):
-                await c.stop()
+            await stop_consumer(c)
         yield {}
         await asyncio.sleep(FOLLOW_RETRY_S)

@@ -84,16 +84,22 @@ def test_durable_mode_keeps_the_broker_log_in_s3(tmp_path):
 
 def test_a_follower_reads_every_record_once_across_a_broker_kill(tmp_path):
     """The run's live view, the trainer and the scheduler follow topics with `follow_run`;
-    a broker killed and restarted (durable) must not end the follow, skip or repeat a record."""
+    a broker killed and restarted (durable) must not end the follow, skip or repeat a record.
+    The live view's rate sampler lives through it too (a stopped consumer's leaked
+    CancelledError killed it once, and the view froze for the rest of a chaos run)."""
     import asyncio
+    import time
 
     from rlstream.connectors.kafka import EventProducer
     from rlstream.connectors.reading import follow_run
     from rlstream.ops.stack import EmbeddedStack
+    from rlstream.ops.watch import RunWatcher
     from rlstream.schemas import get, rows_to_batch
 
     evals, run_id, n = get("eval_results"), "follow-kill", 40
     with EmbeddedStack(tmp_path / "stack", durable=True) as stack:
+        watcher = RunWatcher(stack.endpoints, run_id).start()
+        restarted = {}
 
         async def main() -> list[int]:
             seen: list[int] = []
@@ -110,12 +116,18 @@ def test_a_follower_reads_every_record_once_across_a_broker_kill(tmp_path):
                     if step == n // 2:
                         await asyncio.sleep(1.0)  # the follower has read the first half
                         await asyncio.to_thread(stack.kill_server, "tansu")
-                        await asyncio.sleep(3.0)
+                        await asyncio.sleep(5.0)  # the view samples highwaters every 2 s
                         await asyncio.to_thread(stack.start_server, "tansu")
+                        restarted["at"] = time.time()
                     row = {"step": step, "task": "all", "metric": "greedy", "value": 0.5, "n": 1}
                     await producer.send(evals, rows_to_batch(evals, [row], run_id=run_id))
             await asyncio.wait_for(follower, 60)
             return seen
 
         seen = asyncio.run(main())
-    assert seen == list(range(n))
+        time.sleep(3.0)
+        alive = watcher._thread.is_alive()
+        watcher.stop()
+    assert seen == list(range(n)) and restarted
+    assert alive  # the view's thread lived through the kill (it died of the leak 1 run in 2)
+    assert any(r["step"] == n - 1 for r in watcher.view.evals)  # and followed past it
