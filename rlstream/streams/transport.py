@@ -28,23 +28,13 @@ after it is harmless: every processor is idempotent by event id). Should a hole 
 is a partition whose messages since its last commit were all fetched and none served for that
 long (a dropped message with nothing acked after it leaves no hole: a partition's only
 rollouts message after a restart was never joined).
-
-A watchdog for a consumer that fetches nothing. About one restarted worker in ten came back
-assigned, recovered and Ready, and never fetched from its stream partitions again (cause not
-found: faust's flow control after recovery is the suspect), and the loop starved. A stream
-partition with records past its commit, none fetched, none held by an agent and its commit
-unmoved for `STALL_AFTER_S` ends the process with `STALLED_EXIT`; the supervisor restarts it,
-which cleared it in every case seen, and nothing is lost (what a SIGKILL leaves, every process
-survives).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 
-from aiokafka import TopicPartition
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as driver
 
@@ -57,13 +47,6 @@ FETCH_MAX_WAIT_MS = 50
 """the longest a fetch with no new records is parked on the broker"""
 RESEEK_AFTER_S = 30.0
 """how long a hole below the acked offsets may hold commits back before it is fetched again"""
-STALL_AFTER_S = 90.0
-"""how long a stream partition with records to read may go without a fetch or a commit before
-the process exits to be restarted (no agent here takes near that long over one message)"""
-STALL_CHECK_EVERY_S = 15.0
-"""at most this often the watchdog asks the broker for the highwaters of idle partitions"""
-STALLED_EXIT = 75
-"""the exit status of a process the watchdog ended (EX_TEMPFAIL: restart it)"""
 ENDPOINTS_ATTR = "rlstream_endpoints"
 """the app attribute holding its Endpoints (`make_app` sets it), for the highwater fetches"""
 
@@ -79,12 +62,6 @@ def hole_below(lowest_acked: int, base: int | None, gaps) -> bool:
     for interval in gaps.overlap(base, lowest_acked):
         covered.update(range(max(interval.begin, base), min(interval.end, lowest_acked)))
     return len(covered) < lowest_acked - base
-
-
-def stalled(highwater: int, next_offset: int | None, idle_s: float) -> bool:
-    """Whether a stream partition is stuck: records at or past `next_offset` (the next to read
-    after the last commit) and `idle_s` with neither a fetch nor a commit moving."""
-    return highwater > (next_offset or 0) and idle_s >= STALL_AFTER_S
 
 
 class ConsumerThread(driver.AIOKafkaConsumerThread):
@@ -108,10 +85,6 @@ class Consumer(driver.Consumer):
         self._fetched_to: dict = {}  # tp -> highest offset fetched
         self._held_since: dict = {}  # tp -> (monotonic time a hole began holding commits, base)
         self._unserved_since: dict = {}  # tp -> (monotonic time, the unserved offsets)
-        self._moved_at: dict = {}  # tp -> monotonic time it was last fetched from or committed
-        self._commits_seen: dict = {}  # tp -> the committed offset the watchdog saw last
-        self._watched: frozenset = frozenset()  # the stream partitions assigned at the last look
-        self._stall_checked_at = float("-inf")
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -123,7 +96,6 @@ class Consumer(driver.Consumer):
                 first[tp] = message.offset
             if self.app.topics.acks_enabled_for(tp.topic):  # a stream's, not a changelog's
                 self._fetched_to[tp] = max(message.offset, self._fetched_to.get(tp, -1))
-                self._moved_at[tp] = time.monotonic()
             yield tp, message
 
     def _base(self, tp) -> int | None:
@@ -144,45 +116,7 @@ class Consumer(driver.Consumer):
         committed = await super().commit(topics, start_new_transaction=start_new_transaction)
         await self._refetch_holes()
         await self._refetch_unserved()
-        await self._watch_stalls()
         return committed
-
-    def _idle(self, now: float) -> dict:
-        """Seconds each assigned stream partition has gone without a fetch or a commit move (a
-        change of assignment starts every clock again)."""
-        streams = frozenset(
-            tp for tp in self.assignment() if self.app.topics.acks_enabled_for(tp.topic)
-        )
-        if streams != self._watched:
-            self._watched = streams
-            self._moved_at = dict.fromkeys(streams, now)
-        for tp in streams:
-            committed = self._committed_offset.get(tp)
-            if committed != self._commits_seen.get(tp):
-                self._commits_seen[tp] = committed
-                self._moved_at[tp] = now
-        return {tp: now - self._moved_at.get(tp, now) for tp in streams}
-
-    async def _watch_stalls(self) -> None:
-        now = time.monotonic()
-        held = {m.tp for m in list(self._unacked_messages)}  # an agent works on (or waits out)
-        idle = {tp: s for tp, s in self._idle(now).items() if s >= STALL_AFTER_S and tp not in held}
-        endpoints = getattr(self.app, ENDPOINTS_ATTR, None)
-        if not idle or endpoints is None or now - self._stall_checked_at < STALL_CHECK_EVERY_S:
-            return
-        self._stall_checked_at = now
-        try:
-            ends = await highwaters(endpoints, [TopicPartition(*tp) for tp in idle])
-        except Exception as exc:  # noqa: BLE001  (a broker that cannot answer: look again later)
-            log.info("stall watchdog: no highwaters (%s)", exc)
-            return
-        stuck = [tp for tp in idle if stalled(ends[TopicPartition(*tp)], self._base(tp), idle[tp])]
-        if stuck:
-            idlest = max(idle[tp] for tp in stuck)
-            log.error("stream partitions %s have records to read and nothing fetched or "
-                      "committed for %.0f s: exiting to be restarted", stuck, idlest)  # fmt: skip
-            logging.shutdown()
-            os._exit(STALLED_EXIT)
 
     def _unserved(self, tp) -> tuple[int, int] | None:
         """The offsets fetched from `tp` past its last commit when no agent holds any of them
