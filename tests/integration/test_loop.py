@@ -272,7 +272,8 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
         timeout=900,
     )
     figures = json.loads(summary.read_text())
-    requests = {r["request_id"]: r for r in _rows_of("loop-filter", "rollout_requests")}
+    requests = {r["request_id"]: r for r in _rows_of("loop-filter", "rollout_requests")
+                if r["request_id"] != "poison-req"}  # fmt: skip
     assert {r["verifier"] for r in requests.values()} == {"cot:add", "cot:sub"}
     completions = {(r["request_id"], r["sample_idx"]): r["completion"]
                    for r in _rows_of("loop-filter", "rollouts")}  # fmt: skip
