@@ -245,8 +245,8 @@ async def highwaters(endpoints: Endpoints, tps: list[TopicPartition]) -> dict[To
     """The true end offset of each partition, read from a fetch response (Tansu's ListOffsets,
     `end_offsets`, is low on s3 storage and for batches of several records: INFRA.md)."""
     c = consumer(endpoints, fetch_max_wait_ms=50, max_partition_fetch_bytes=1)
-    await c.start()
     try:
+        await c.start()
         c.assign(tps)
         hint = await c.end_offsets(tps)
         for tp in tps:

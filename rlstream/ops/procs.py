@@ -50,6 +50,10 @@ def spawn(
 ) -> subprocess.Popen:
     """Start a server that cannot outlive this process, even if this process is SIGKILLed.
 
+    Call it from a thread that lives as long as the server should: the kernel's parent-death
+    signal fires when the *thread* that forked the child ends (a server restarted from an
+    `asyncio.to_thread` worker was killed when `asyncio.run` shut the worker down).
+
     `own_group`: in a process group of its own, so a terminal's Ctrl-C (SIGINT to the
     foreground group) reaches only this process, which stops the server when it is time: a
     stack's servers outlive the processes that still use them by the moments those need.

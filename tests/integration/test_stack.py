@@ -115,9 +115,11 @@ def test_a_follower_reads_every_record_once_across_a_broker_kill(tmp_path):
                 for step in range(n):
                     if step == n // 2:
                         await asyncio.sleep(1.0)  # the follower has read the first half
-                        await asyncio.to_thread(stack.kill_server, "tansu")
+                        stack.kill_server("tansu")
                         await asyncio.sleep(5.0)  # the view samples highwaters every 2 s
-                        await asyncio.to_thread(stack.start_server, "tansu")
+                        # on this thread: a server dies with the thread that started it
+                        # (PR_SET_PDEATHSIG), and a to_thread worker ends with asyncio.run
+                        stack.start_server("tansu")
                         restarted["at"] = time.time()
                     row = {"step": step, "task": "all", "metric": "greedy", "value": 0.5, "n": 1}
                     await producer.send(evals, rows_to_batch(evals, [row], run_id=run_id))
@@ -130,4 +132,6 @@ def test_a_follower_reads_every_record_once_across_a_broker_kill(tmp_path):
         watcher.stop()
     assert seen == list(range(n)) and restarted
     assert alive  # the view's thread lived through the kill (it died of the leak 1 run in 2)
-    assert any(r["step"] == n - 1 for r in watcher.view.evals)  # and followed past it
+    assert [r["step"] for r in watcher.view.evals] == list(range(n))  # and followed past it
+    after = [t for t, _ in watcher.view.throughput if t > restarted["at"]]
+    assert after, "the view sampled no throughput after the broker came back"
