@@ -118,7 +118,10 @@ def run(
     tasks: str | None = typer.Option(None, help="data.tasks, e.g. add,sub or add:2,mul@1-2."),
     fmt: str | None = trainer_commands.FormatOpt,
     sampler: str | None = typer.Option(
-        None, help="selection.sampler: ppm (predictive, reads the policy), uniform, greso, mopps."
+        None, help="selection.sampler: ppm (predictive, no answer read), uniform, greso, mopps."
+    ),
+    ppm_from: str | None = typer.Option(
+        None, help="selection.ppm_from: start the PPM from an earlier ppm run (RUN_ID under --out)."
     ),
     algo: str | None = typer.Option(None, help="rl.algo: grpo or ppo (value head + GAE)."),
     hybrid: bool | None = typer.Option(
@@ -168,7 +171,7 @@ def run(
         config, run_id = path, resume
     cfg = trainer_commands.build_config(
         config, overrides, rl__steps=rl_steps, data__tasks=tasks, data__format=fmt,
-        selection__sampler=sampler,
+        selection__sampler=sampler, selection__ppm_from=ppm_from,
         rl__algo=algo, rl__hybrid=hybrid, rl__reward_rules=None if reward_rules is None else
         str(reward_rules.resolve()), loop__rollout_workers=workers, seed=seed,
         data__prompts=_source(prompts), data__corpus=_source(corpus), data__dataset=dataset,

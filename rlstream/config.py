@@ -293,9 +293,15 @@ class SelectionConfig:
     sampler: str = "ppm"
     """prompt sampler: ppm (predictive, reads the policy), uniform, greso, mopps (for DAPO's
     dynamic sampling set rl.filter_zero_variance=true with any of them)"""
-    ppm_features: str = "reference"
-    """what the ppm sampler's predictive model reads, comma-separated: reference, confidence,
-    hidden (the policy's view of a prompt) and/or text (char n-grams)"""
+    ppm_features: str = "minilm"
+    """what the ppm sampler's predictive model reads besides the shared history (attempts,
+    successes, version gap, neighbourhood pass rates), comma-separated: minilm (a sentence
+    embedding of the prompt), text (char n-grams), hidden (the policy's last hidden state at
+    the prompt), confidence (its probability of its own greedy answer) — none reads an
+    answer — or reference (its probability of the reference answer: a labelled variant)"""
+    ppm_from: str = ""
+    """a run id of this stack whose PPM (scheduler snapshot) and prompt collection (Qdrant)
+    warm-start this run's predictor (`rlstream run --ppm-from RUN_ID`)"""
 
     def __post_init__(self):
         from rlstream.trainers.selection.policy_features import PPM_FEATURES, check_features
@@ -314,6 +320,11 @@ class SelectionConfig:
                 f"selection.ppm_features: {self.ppm_features!r}; comma-separated from "
                 f"{', '.join(PPM_FEATURES)}"
             ) from None
+        if self.ppm_from and self.sampler != "ppm":
+            raise ConfigError(
+                f"selection.ppm_from warm-starts the ppm sampler's predictor; this run's "
+                f"sampler is {self.sampler}: drop --ppm-from or use --sampler ppm"
+            )
 
 
 @dataclass

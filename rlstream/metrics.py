@@ -58,6 +58,14 @@ SCHEDULER_VECTOR_FAILURES = Counter(
     "rlstream_scheduler_vector_store_failures_total",
     "Vector-store (Qdrant) writes that failed and were kept for the next flush.",
 )
+SCHEDULER_PPM_BRIER = Gauge(
+    "rlstream_scheduler_ppm_brier_unseen",
+    "The PPM's Brier score on prompts picked before any rollout (last 512 such groups).",
+)
+SCHEDULER_PPM_PEARSON = Gauge(
+    "rlstream_scheduler_ppm_pearson_unseen",
+    "Pearson r of the PPM's predictions and pass rates on prompts never rolled out before.",
+)
 TRAINER_STEPS = Counter("rlstream_trainer_steps_total", "Updates applied, by phase.", ["phase"])
 TRAINER_IDLE_SECONDS = Counter(
     "rlstream_trainer_idle_seconds_total", "Seconds the trainer waited for experience."

@@ -60,6 +60,34 @@ class VectorStore:
             self.collection, query=list(map(float, vector)), limit=limit, with_payload=True
         ).points
 
+    def search_batch(
+        self, vectors: Sequence[Sequence[float]], limit: int = 10
+    ) -> list[list[models.ScoredPoint]]:
+        """The `limit` nearest points (with payload) of each vector, in one request."""
+        faults.check("qdrant")
+        if not len(vectors):
+            return []
+        requests = [
+            models.QueryRequest(query=list(map(float, v)), limit=limit, with_payload=True)
+            for v in vectors
+        ]
+        return [r.points for r in self.client.query_batch_points(self.collection, requests)]
+
+    def scroll_all(self, batch: int = 1024) -> list[models.Record]:
+        """Every point with its payload and vector (a run's collection: thousands of points)."""
+        faults.check("qdrant")
+        points, offset = [], None
+        while True:
+            page, offset = self.client.scroll(self.collection, limit=batch, offset=offset,
+                                              with_payload=True, with_vectors=True)  # fmt: skip
+            points += page
+            if offset is None:
+                return points
+
+    def exists(self) -> bool:
+        faults.check("qdrant")
+        return self.client.collection_exists(self.collection)
+
     def count(self) -> int:
         faults.check("qdrant")
         return self.client.count(self.collection).count

@@ -418,6 +418,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     out = (out_root / cfg.run_id).resolve()
     out.mkdir(parents=True, exist_ok=True)
     cfg = with_tokenizer(cfg, out / "tokenizer")  # bpe:N: trained once, every process loads it
+    cfg = with_warm_start(cfg, out_root)
     cfg_path = cfg.write(out / "config.json")
     (out / "config.yaml").write_text(show(cfg))
     tracker = open_tracker(cfg, out)
@@ -464,6 +465,8 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 scraped.unlink(missing_ok=True)
         time.sleep(2.5)  # one more throughput sample after the last events
         watcher.stop()
+        if cfg.selection.sampler == "ppm":  # what a later run's --ppm-from starts from
+            safely_export_ppm(endpoints, cfg.run_id, out / "ppm")
         live.write(watcher.view, sup, force=True)  # where the run ended
         summary = (
             collect(endpoints, cfg)
@@ -475,6 +478,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 "restarts": {c.name: c.restarts for c in sup.children if c.restarts},
                 "wall_s": round(time.monotonic() - started, 1),
             }
+            | ppm_calibration(watcher.view.evals)
         )
         summary |= resource_figures(live.trace, summary.get("checkpoint_sizes", []))
         report = write_report(out, summary, watcher.view)
@@ -492,6 +496,33 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             safely(tracker, "finish", summary, artifacts, versions)
     summary["report"] = str(report)
     return summary
+
+
+def with_warm_start(cfg: Config, out_root: Path) -> Config:
+    """`selection.ppm_from` as the directory of that run's PPM export (a run id is looked up
+    under `out_root`; a resumed run keeps the directory it was given)."""
+    from rlstream.streams.scheduler import PPM_EXPORT
+
+    name = cfg.selection.ppm_from
+    if not name:
+        return cfg
+    directory = Path(name) if Path(name).is_absolute() else (out_root / name / "ppm").resolve()
+    missing = [f for f in PPM_EXPORT if not (directory / f).exists()]
+    if missing:
+        raise ValueError(
+            f"selection.ppm_from: no PPM of run {name!r} in {directory} (missing "
+            f"{', '.join(missing)}); name a finished `--sampler ppm` run under {out_root}"
+        )
+    return replace(cfg, selection=replace(cfg.selection, ppm_from=str(directory)))
+
+
+def safely_export_ppm(endpoints: Endpoints, run_id: str, directory: Path) -> None:
+    from rlstream.streams.scheduler import export_ppm
+
+    try:
+        export_ppm(endpoints, run_id, directory)
+    except Exception as exc:  # noqa: BLE001  (the run's result stands without it)
+        print(f"warning: the PPM was not saved for --ppm-from ({exc})", file=sys.stderr)
 
 
 async def _run_rows(endpoints: Endpoints, event_name: str, run_id: str) -> list[dict]:
@@ -532,6 +563,12 @@ def latency(requests: list[dict], experience: list[dict]) -> dict:
         "request_to_experience_p50_ms": round(float(np.percentile(ms, 50)), 1),
         "request_to_experience_p99_ms": round(float(np.percentile(ms, 99)), 1),
     }
+
+
+def ppm_calibration(evals: list[dict]) -> dict:
+    """The scheduler's last live calibration of its PPM on prompts never rolled out before
+    (eval_results rows of task `ppm`), e.g. {"ppm_brier_unseen": 0.12, ...}; {} without."""
+    return {f"ppm_{r['metric']}": round(r["value"], 4) for r in evals if r["task"] == "ppm"}
 
 
 def qdrant_figures(endpoints: Endpoints, cfg: Config) -> dict:

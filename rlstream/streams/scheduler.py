@@ -38,14 +38,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import signal
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+
+import numpy as np
 
 from rlstream import metrics
 from rlstream.config import Config
@@ -61,12 +64,19 @@ from rlstream.trainers.datasets import DatasetView, prompt_problem
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.experience import RowLimits, RowRefused, keep_rows_of_run, row_problem
 from rlstream.trainers.selection import records_to_batch
-from rlstream.trainers.selection.policy_features import check_features, tuned_args
+from rlstream.trainers.selection.neighbours import QdrantNeighbourhood
+from rlstream.trainers.selection.policy_features import (
+    check_features,
+    reads_policy,
+    static_featurizer,
+    tuned_args,
+)
 from rlstream.trainers.selection.registry import build_sampler
 
 log = logging.getLogger(__name__)
 PROMPTS, REWARDS = get("prompts"), get("rewards")
 REQUESTS, POLICY_VERSIONS = get("rollout_requests"), get("policy_versions")
+EVAL = get("eval_results")
 # Completed groups remembered to skip a redelivery: a duplicate comes from the processors
 # re-scoring the rollouts they had not committed when they were restarted, which is at most
 # the groups in flight (loop.target_in_flight, tens) plus one commit interval's worth.
@@ -183,16 +193,18 @@ class EnvironmentState:
 
     RETRY_S = 5.0
 
-    def __init__(self, endpoints: Endpoints, run_id: str, flush_every: int = 32):
+    def __init__(self, endpoints: Endpoints, run_id: str, featurize, flush_every: int = 32):
         from rlstream.connectors.vectors import VectorStore, vector_client
-        from rlstream.trainers.selection.features import make_featurizer
 
-        self.featurize = make_featurizer("text")
-        dim = self.featurize([Prompt("x", "0+0=", "add", 1, "0")]).shape[1]
-        self.store = VectorStore(vector_client(endpoints), collection_name(run_id), dim)
+        self.featurize = featurize  # the PPM's prompt vectors (its neighbourhood is read here)
+        self.store = VectorStore(vector_client(endpoints), collection_name(run_id), featurize.dim)
         self.ensured = False  # the collection is made at the first flush that reaches the store
+        with contextlib.suppress(Exception):  # unavailable: the first flush that reaches it
+            self.store.ensure()
+            self.ensured = True
         self.stats: dict[str, dict] = {}
         self.dirty: dict[str, Prompt] = {}
+        self.carried: list = []  # another run's points, to write under this run (warm start)
         self.flush_every = flush_every
         self.retry_at = 0.0  # monotonic; a failed flush waits until then
 
@@ -208,15 +220,34 @@ class EnvironmentState:
         if len(self.dirty) >= self.flush_every and time.monotonic() >= self.retry_at:
             self.flush()
 
+    def carry_over(self, points: list[dict]) -> None:
+        """Start from another run's collection (`selection.ppm_from`, rows of `export_ppm`):
+        its prompt vectors and outcome statistics are written into this run's collection at
+        the next flush, so a new run's neighbourhood features read them from its first round;
+        a prompt this run rolls out replaces them with its own."""
+        if points and len(points[0]["vector"]) != self.store.dim:
+            raise WarmStartError(
+                f"selection.ppm_from: that run embedded prompts in {len(points[0]['vector'])} "
+                f"dimensions, this run in {self.store.dim}; use its selection.ppm_features"
+            )
+        self.carried = points
+
     def flush(self) -> bool:
         """Upsert what changed; False (kept for the next try) if the store is unavailable."""
-        if not self.dirty:
+        if not self.dirty and not self.carried:
             return True
         prompts = list(self.dirty.values())
         try:
             if not self.ensured:
                 self.store.ensure()
                 self.ensured = True
+            if self.carried:
+                self.store.upsert([p["id"] for p in self.carried],
+                                  [p["vector"] for p in self.carried],
+                                  [json.loads(p["payload"]) for p in self.carried])  # fmt: skip
+                self.carried = []
+            if not prompts:
+                return True
             self.store.upsert(
                 [int(p.prompt_id, 16) for p in prompts],
                 self.featurize(prompts).tolist(),
@@ -238,6 +269,10 @@ class EnvironmentState:
     def close(self) -> None:
         self.flush()
         self.store.close()
+
+
+class WarmStartError(ValueError):
+    """`selection.ppm_from` names a run whose state this run cannot start from."""
 
 
 def collection_name(run_id: str) -> str:
@@ -271,7 +306,10 @@ class Scheduler:
         pool: list[tuple[str, Prompt]],
         issued_rounds: int = 0,
         saved: dict | None = None,
+        warm: dict | None = None,
     ):
+        """`saved`: this run's own snapshot (a restart); `warm`: the PPM state of another run
+        to start from (`selection.ppm_from`, a fresh run only)."""
         self.cfg, self.endpoints = cfg, endpoints
         if saved is not None:
             pool = in_snapshot_order(pool, saved.get("pool_keys", []))
@@ -285,17 +323,25 @@ class Scheduler:
         self.by_id = {p.prompt_id: p for p in self.pool}
         self.issued_rounds = self.saved_at = issued_rounds
         self.groups = RewardGroups()
-        features = set(check_features(cfg.selection.ppm_features))
-        if cfg.selection.sampler == "ppm" and features - {"text"}:
+        self.calibration = Calibration()
+        self.warm = warm
+        features = check_features(cfg.selection.ppm_features)
+        self.env_state = EnvironmentState(endpoints, cfg.run_id, static_featurizer(features))
+        if cfg.selection.sampler == "ppm" and reads_policy(features):
             self.follower = PolicyFollower(endpoints, cfg.run_id, role="scheduler")
         else:
             self.set_sampler(self.make_sampler())
-        self.env_state = EnvironmentState(endpoints, cfg.run_id)
 
     def set_sampler(self, sampler) -> None:
         """Install the sampler, restoring the snapshot the scheduler started with, if any;
         prompts that joined after the snapshot (or before the sampler existed) follow."""
         self.sampler = sampler
+        ppm = getattr(sampler, "ppm", None)
+        if self.warm is not None and self.saved is None and ppm is not None:
+            warm_start(ppm, self.warm)
+            log.info("the PPM starts from %s (%d observations, %d fits)",
+                     self.cfg.selection.ppm_from, len(ppm.s), ppm.version)  # fmt: skip
+        self.warm = None
         if self.saved is not None:
             sampler.load_state_dict(self.saved["sampler"])
             self.groups.load_state_dict(self.saved)
@@ -331,7 +377,12 @@ class Scheduler:
         args = replace(tuned_args(), fit_every=10**9)
         saved = self.saved["pool_keys"] if self.saved and "pool_keys" in self.saved else None
         pool = self.pool if saved is None else self.pool[: len(saved)]
-        return build_sampler(self.cfg, pool, lambda: self.follower.policy, ppm_args=args)
+        # the PPM's neighbourhood pass rates are read from this run's Qdrant collection, in
+        # the space its prompt vectors are written in
+        space = self.env_state.featurize
+        neighbours = QdrantNeighbourhood(space.dim, store=self.env_state.store, writes=False)
+        return build_sampler(self.cfg, pool, lambda: self.follower.policy, ppm_args=args,
+                             neighbourhood=neighbours, embedder=space)  # fmt: skip
 
     async def ready(self) -> None:
         """Wait for the first policy when the sampler reads one, then build the sampler."""
@@ -350,7 +401,10 @@ class Scheduler:
             if ppm.policy_version > self.fitted_at:
                 ppm.fit(self.sampler.args.fit_steps)
                 self.fitted_at = ppm.policy_version
-        return self.sampler.select(round_, self.cfg.rl.prompts_per_step)
+        picks = self.sampler.select(round_, self.cfg.rl.prompts_per_step)
+        if ppm is not None:  # predictions for prompts never rolled out, scored when they are
+            self.calibration.predicted(getattr(self.sampler, "last_records", []), ppm.counts)
+        return picks
 
     def request_rows(self, prompts: list[Prompt], round_: int) -> list[dict]:
         return [
@@ -425,9 +479,26 @@ class Scheduler:
                         self._observe(await self._acceptable(rows, record, dead))
                 if self.issued_rounds - self.saved_at >= self.cfg.checkpoint.every:
                     await self.checkpoint(c, store)
+                    await self.report_calibration(producer, demand.rl_step)
             await self.checkpoint(c, store)
         finally:
             await c.stop()
+
+    async def report_calibration(self, producer: EventProducer, step: int) -> None:
+        """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r),
+        as eval_results rows (task `ppm`: the report, MLflow) and gauges."""
+        figures = self.calibration.figures()
+        if figures is None:
+            return
+        metrics.SCHEDULER_PPM_BRIER.set(figures["brier"])
+        metrics.SCHEDULER_PPM_PEARSON.set(figures["pearson_r"])
+        rows = [
+            {"event_id": make_event_id("ppm_calibration", self.cfg.run_id, self.issued_rounds, k),
+             "step": step, "task": "ppm", "metric": f"{k}_unseen", "value": float(figures[k]),
+             "n": figures["n_prompts"]}
+            for k in ("brier", "pearson_r")
+        ]  # fmt: skip
+        await producer.send(EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id))
 
     async def checkpoint(self, c, store: ObjectStore) -> None:
         """Snapshot to the object store, then commit the reward offsets it covers."""
@@ -458,8 +529,57 @@ class Scheduler:
             if prompt is not None:
                 done.append((prompt, rewards))
                 self.env_state.observe(prompt, rewards, row["policy_version"])
+                self.calibration.observed(prompt.prompt_id, rewards)
         if done and self.sampler is not None:
             self.sampler.update([p for p, _ in done], [g for _, g in done])
+
+
+class Calibration:
+    """The PPM's predictions for prompts picked before any of their rollouts, against the
+    groups those rollouts then scored: the predictor's calibration on unseen prompts, live.
+    A window of the last `window` such groups."""
+
+    def __init__(self, window: int = 512, least: int = 16):
+        self.pending: dict[str, float] = {}  # prompt id -> predicted pass rate at its pick
+        self.scored: deque[tuple[float, float, int]] = deque(maxlen=window)
+        self.least = least
+
+    def predicted(self, records, counts: dict) -> None:
+        for r in records:
+            if r.selected and r.prompt_id not in counts and r.prompt_id not in self.pending:
+                self.pending[r.prompt_id] = r.predicted_pass_rate
+
+    def observed(self, prompt_id: str, rewards: list[float]) -> None:
+        pred = self.pending.pop(prompt_id, None)
+        if pred is not None:
+            self.scored.append((pred, sum(r > 0.5 for r in rewards), len(rewards)))
+
+    def figures(self) -> dict | None:
+        """Brier score and Pearson r over the window (None before `least` groups)."""
+        from rlstream.trainers.selection.ppm import calibration
+
+        if len(self.scored) < self.least:
+            return None
+        pred, s, n = (np.array(col, dtype=float) for col in zip(*self.scored, strict=True))
+        return calibration(pred, s, n)
+
+
+def warm_start(ppm, state: dict) -> None:
+    """Start a fresh PPM from another run's (`selection.ppm_from`): its network, optimiser and
+    observation history (ages kept relative to that run's end), not its per-prompt counters:
+    those described that run's policy. A PPM of other features cannot be started from it."""
+    theirs = state["net"]["mlp.0.weight"].shape[1]
+    if theirs != ppm.in_dim:
+        raise WarmStartError(
+            f"selection.ppm_from: that run's PPM read {theirs} features, this one reads "
+            f"{ppm.in_dim}; use the same selection.ppm_features"
+        )
+    ppm.net.load_state_dict(state["net"])
+    ppm.opt.load_state_dict(state["opt"])
+    end = state["policy_version"]
+    ppm.x, ppm.s, ppm.n = list(state["x"]), list(state["s"]), list(state["n"])
+    ppm.ver = [v - end for v in state["ver"]]  # <= 0: older than anything this run observes
+    ppm.version = state["version"]
 
 
 class RewardGroups:
@@ -529,7 +649,14 @@ async def serve(cfg: Config, endpoints: Endpoints) -> None:
             saved = from_bytes(await asyncio.to_thread(store.get_bytes, name))
         found = "snapshot found" if saved else "no snapshot"
         log.info("continuing at round %d (%s)", issued, found)
-    scheduler = Scheduler(cfg, endpoints, pool, issued, saved)
+    warm, points = None, []
+    if saved is None and cfg.selection.ppm_from:  # a restart keeps its own state instead
+        warm, points = load_warm_start(Path(cfg.selection.ppm_from))
+    scheduler = Scheduler(cfg, endpoints, pool, issued, saved, warm)
+    if points:
+        scheduler.env_state.carry_over(points)
+        log.info("%d prompt vectors of %s join this run's collection", len(points),
+                 cfg.selection.ppm_from)  # fmt: skip
     metrics.SCHEDULER_POOL.set(len(scheduler.pool))
     log.info(
         "scheduler: %d prompts of dataset %r in the pool (%d held out), sampler %s",
@@ -557,6 +684,50 @@ async def serve(cfg: Config, endpoints: Endpoints) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await follow
         scheduler.env_state.close()
+
+
+PPM_EXPORT = ("state.pt", "prompts.parquet")
+"""What a finished PPM run leaves in <run dir>/ppm for `--ppm-from`: the PPM of its last
+scheduler snapshot and its Qdrant collection (id, vector, payload as JSON)."""
+
+
+def export_ppm(endpoints: Endpoints, run_id: str, directory: Path) -> bool:
+    """Save run `run_id`'s PPM and prompt collection under `directory` (its scheduler has
+    stopped: local-mode Qdrant takes one process); False when it left no PPM snapshot."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlstream.connectors.vectors import VectorStore, vector_client
+
+    store, name = ObjectStore(endpoints), state_object(run_id)
+    if not store.exists(name):
+        return False
+    ppm = from_bytes(store.get_bytes(name))["sampler"].get("ppm")
+    if ppm is None:
+        return False
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / PPM_EXPORT[0]).write_bytes(to_bytes(ppm))
+    client = vector_client(endpoints)
+    try:
+        vectors = VectorStore(client, collection_name(run_id), 0)
+        points = vectors.scroll_all() if vectors.exists() else []
+    finally:
+        client.close()
+    table = pa.table({
+        "id": pa.array([p.id for p in points], pa.uint64()),
+        "vector": pa.array([list(p.vector) for p in points], pa.list_(pa.float32())),
+        "payload": pa.array([json.dumps(p.payload) for p in points], pa.string()),
+    })  # fmt: skip
+    pq.write_table(table, directory / PPM_EXPORT[1])
+    return True
+
+
+def load_warm_start(directory: Path) -> tuple[dict, list[dict]]:
+    """The PPM state and the collection rows `export_ppm` wrote under `directory`."""
+    import pyarrow.parquet as pq
+
+    state = from_bytes((directory / PPM_EXPORT[0]).read_bytes())
+    return state, pq.read_table(directory / PPM_EXPORT[1]).to_pylist()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -166,6 +166,11 @@ def train_local(
     of cfg.data.pool_size train prompts).
     """
     opts = opts or LocalOptions()
+    if cfg.selection.ppm_from:
+        raise ConfigError(
+            "selection.ppm_from warm-starts the streaming scheduler's PPM (`rlstream run`); "
+            "the in-process loop has no scheduler snapshot to start from: drop it here"
+        )
     keep = opts.out_dir or opts.checkpoint_dir  # a trained tokenizer goes there (bpe:N)
     with contextlib.ExitStack() as scratch:
         where = Path(keep) if keep else Path(scratch.enter_context(tempfile.TemporaryDirectory()))

@@ -1,13 +1,24 @@
-"""The scheduler's environment state in Qdrant (local mode under a temporary path) while the
-vector store is unavailable: statistics stay in memory, the flush is retried, nothing is lost.
-The outage is the chaos suite's failpoint ($RLSTREAM_FAULTS_DIR/qdrant)."""
+"""The scheduler's environment state in Qdrant (local mode under a temporary path): while the
+vector store is unavailable statistics stay in memory, the flush is retried, nothing is lost
+(the outage is the chaos suite's failpoint, $RLSTREAM_FAULTS_DIR/qdrant); the PPM's
+neighbourhood reads back what it wrote; another run's collection carries over."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.faults import FAULTS_DIR
-from rlstream.streams.scheduler import EnvironmentState
+from rlstream.streams.scheduler import EnvironmentState, WarmStartError
 from rlstream.trainers.envs import Prompt
+from rlstream.trainers.selection.features import CachedFeaturizer, TextFeaturizer
+from rlstream.trainers.selection.neighbours import QdrantNeighbourhood
+
+
+def _state(tmp_path, run_id: str = "env-it", flush_every: int = 4) -> EnvironmentState:
+    endpoints = Endpoints(qdrant_path=str(tmp_path / "qdrant"))
+    return EnvironmentState(endpoints, run_id, CachedFeaturizer(TextFeaturizer()), flush_every)
 
 
 def _prompts(n: int) -> list[Prompt]:
@@ -19,7 +30,7 @@ def test_an_unavailable_store_keeps_the_statistics_until_it_is_back(tmp_path, mo
     (tmp_path / "faults").mkdir()
     flag = tmp_path / "faults" / "qdrant"
     flag.touch()  # down from the start: not even the collection exists yet
-    state = EnvironmentState(Endpoints(qdrant_path=str(tmp_path / "qdrant")), "env-it", 4)
+    state = _state(tmp_path)
     state.RETRY_S = 0.0
     for p in _prompts(6):
         state.observe(p, [1.0, 0.0], policy_version=3)  # flushes are tried and fail
@@ -30,3 +41,44 @@ def test_an_unavailable_store_keeps_the_statistics_until_it_is_back(tmp_path, mo
     hit = state.store.search(state.featurize(_prompts(1)).tolist()[0], limit=1)[0]
     assert hit.payload["attempts"] == 2 and hit.payload["pass_rate"] == 0.5
     state.close()
+
+
+def test_the_ppm_neighbourhood_reads_back_what_the_scheduler_upserted(tmp_path):
+    """The live PPM's neighbourhood features come from the run's Qdrant collection: a query
+    returns the upserted counts of the nearest prompts (not an in-memory copy)."""
+    state = _state(tmp_path)
+    prompts = _prompts(8)
+    outcomes = {p.prompt_id: [1.0] * (i % 4) + [0.0] * (4 - i % 4) for i, p in enumerate(prompts)}
+    for p in prompts:
+        state.observe(p, outcomes[p.prompt_id], policy_version=1)
+    assert state.flush() and state.store.count() == 8
+    reader = QdrantNeighbourhood(state.featurize.dim, k=1, prior_strength=1e-9,
+                                 store=state.store, writes=False)  # fmt: skip
+    assert reader.mirror.row == {}  # it has seen nothing itself
+    rate, weight = reader.query(state.featurize(prompts))  # each prompt's nearest: itself
+    expected = [sum(outcomes[p.prompt_id]) / 4 for p in prompts]
+    np.testing.assert_allclose(rate, expected, atol=1e-6)
+    np.testing.assert_allclose(weight, 4.0, rtol=1e-4)  # cosine 1 x 4 attempts
+    excluded, _ = reader.query(state.featurize(prompts[:1]), exclude=[prompts[0].prompt_id])
+    nearest = state.store.search(state.featurize(prompts[:1]).tolist()[0], limit=2)[1]
+    assert excluded[0] == pytest.approx(nearest.payload["pass_rate"], abs=1e-6)
+    assert reader.fallbacks == 0
+    state.close()
+
+
+def test_another_runs_collection_carries_over_and_a_wrong_space_is_refused(tmp_path):
+    old = _state(tmp_path / "old", "old-run")
+    for p in _prompts(5):
+        old.observe(p, [1.0, 0.0, 0.0, 0.0], policy_version=7)
+    assert old.flush()
+    points = [{"id": p.id, "vector": p.vector, "payload": __import__("json").dumps(p.payload)}
+              for p in old.store.scroll_all()]  # fmt: skip
+    old.close()
+    new = _state(tmp_path / "new", "new-run")
+    new.carry_over(points)
+    assert new.flush() and new.store.count() == 5
+    hit = new.store.search(new.featurize(_prompts(1)).tolist()[0], limit=1)[0]
+    assert hit.payload["attempts"] == 4 and hit.payload["last_policy_version"] == 7
+    with pytest.raises(WarmStartError, match="dimensions"):
+        new.carry_over([{"id": 1, "vector": [0.0] * 3, "payload": "{}"}])
+    new.close()

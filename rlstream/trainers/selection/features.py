@@ -129,6 +129,24 @@ class HiddenStateFeaturizer:
         return x
 
 
+class CachedFeaturizer:
+    """A featurizer that reads no policy, computed once per prompt (by prompt id) for good:
+    the PPM forgets its cached features whenever the policy moves, this cache stays."""
+
+    def __init__(self, inner: Featurizer):
+        self.inner, self.dim = inner, inner.dim
+        self.cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, prompts: list[Prompt]) -> np.ndarray:
+        missing = [p for p in dict.fromkeys(prompts) if p.prompt_id not in self.cache]
+        if missing:
+            for p, v in zip(missing, self.inner(missing), strict=True):
+                self.cache[p.prompt_id] = np.asarray(v, dtype=np.float32)
+        if not prompts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self.cache[p.prompt_id] for p in prompts])
+
+
 class ConcatFeaturizer:
     """Several featurizers side by side."""
 

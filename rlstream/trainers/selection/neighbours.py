@@ -108,7 +108,13 @@ class KnnNeighbourhood:
 @NEIGHBOURHOODS.register("qdrant")
 class QdrantNeighbourhood:
     """The same k-NN through the project's Qdrant wrapper (`connectors.vectors.VectorStore`):
-    points carry (successes, attempts) as payload."""
+    points carry `successes` and `attempts` as payload.
+
+    With `writes` (the default) `add` upserts the running counts; without, the collection is
+    written by someone else and only read here: the streaming scheduler's environment state
+    (`streams.scheduler.EnvironmentState`) writes its run's collection and the PPM's
+    neighbourhood features are read back from it. An in-memory mirror of what `add` saw
+    answers while Qdrant is unavailable (`fallbacks` counts those queries)."""
 
     def __init__(
         self,
@@ -118,36 +124,56 @@ class QdrantNeighbourhood:
         prior_strength: float = 2.0,
         store=None,
         collection: str = "ppm_neighbours",
+        writes: bool = True,
     ):
-        from qdrant_client import QdrantClient
-
-        from rlstream.connectors.vectors import VectorStore
-
-        self.dim, self.k = dim, k
+        self.dim, self.k, self.writes = dim, k, writes
         self.prior_rate, self.prior_strength = prior_rate, prior_strength
-        self.store = store or VectorStore(QdrantClient(":memory:"), collection, dim)
-        self.store.ensure()
-        self.counts: dict[str, tuple[float, float]] = {}
+        if store is None:
+            from qdrant_client import QdrantClient
+
+            from rlstream.connectors.vectors import VectorStore
+
+            store = VectorStore(QdrantClient(":memory:"), collection, dim)
+            store.ensure()
+        self.store = store
+        self.mirror = KnnNeighbourhood(k, prior_rate, prior_strength)
+        self.queries = self.fallbacks = 0
 
     @staticmethod
     def point_id(pid: str) -> str:
         return str(uuid.uuid5(uuid.NAMESPACE_OID, pid))
 
     def add(self, ids: list[str], vectors: np.ndarray, successes, attempts) -> None:
-        points, payloads = [], []
-        for pid, s, n in zip(ids, successes, attempts, strict=True):
-            s0, n0 = self.counts.get(pid, (0.0, 0.0))
-            self.counts[pid] = (s0 + float(s), n0 + float(n))
-            points.append(self.point_id(pid))
-            payloads.append({"prompt_id": pid, "s": s0 + float(s), "n": n0 + float(n)})
-        self.store.upsert(points, _unit(vectors).tolist(), payloads)
+        self.mirror.add(ids, vectors, successes, attempts)
+        if not self.writes:
+            return
+        rows = [self.mirror.row[pid] for pid in ids]
+        payloads = [
+            {"prompt_id": pid, "successes": float(self.mirror.successes[r]),
+             "attempts": float(self.mirror.attempts[r])}
+            for pid, r in zip(ids, rows, strict=True)
+        ]  # fmt: skip
+        self.store.upsert([self.point_id(p) for p in ids], _unit(vectors).tolist(), payloads)
 
     def query(self, vectors: np.ndarray, exclude: list[str] | None = None):
         n = len(vectors)
         sim, s, a = np.zeros((n, self.k)), np.zeros((n, self.k)), np.zeros((n, self.k))
-        for i, v in enumerate(_unit(vectors)):
-            hits = self.store.search(v.tolist(), limit=self.k + 1)
-            hits = [h for h in hits if not exclude or h.payload["prompt_id"] != exclude[i]]
+        self.queries += 1
+        try:
+            found = self.store.search_batch(_unit(vectors).tolist(), limit=self.k + 1)
+        except Exception:  # noqa: BLE001  (unavailable: a server's client raises several kinds)
+            self.fallbacks += 1
+            return self.mirror.query(vectors, exclude)
+        for i, hits in enumerate(found):
+            own = exclude[i] if exclude else None
+            hits = [h for h in hits if h.payload.get("prompt_id") != own]
             for j, h in enumerate(hits[: self.k]):
-                sim[i, j], s[i, j], a[i, j] = h.score, h.payload["s"], h.payload["n"]
+                sim[i, j] = h.score
+                s[i, j], a[i, j] = h.payload["successes"], h.payload["attempts"]
         return neighbour_pass_rate(sim, s, a, self.prior_rate, self.prior_strength)
+
+    def state_dict(self) -> dict:
+        return self.mirror.state_dict()
+
+    def load_state_dict(self, st: dict) -> None:
+        self.mirror.load_state_dict(st)

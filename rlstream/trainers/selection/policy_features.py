@@ -1,11 +1,15 @@
-"""The PPM's policy featurizers and the policy-reading PPM sampler, shared by the selection
-bench (one policy, trained in place) and the streaming scheduler (the newest announced policy).
+"""The PPM's featurizers and the PPM sampler, shared by the selection bench (one policy,
+trained in place), the in-process loop and the streaming scheduler (the newest policy).
 
+Reference-free (the default, `minilm`): nothing reads an answer.
+- `minilm`: all-MiniLM-L6-v2 sentence embedding of the prompt text (computed once per prompt);
+- `text`: hashed character n-grams and digit/operator counts (computed once per prompt);
+- `hidden`: the policy's last hidden state at the prompt's last token (no answer, no sampling);
+- `confidence`: its probability of its own greedy answer (one greedy decode).
+The labelled variant that reads the reference answer:
 - `reference`: the policy's probability of the prompt's reference answer at the rollout
-  temperature (one teacher-forced pass; the pass rate itself under an exact-match verifier);
-- `confidence`: its probability of its own greedy answer (one greedy decode, no reference);
-- `hidden`: its final-layer state at the prompt's last token;
-- `text`: hashed character n-grams (no policy).
+  temperature (one teacher-forced pass; the pass rate itself under an exact-match verifier,
+  only a proxy for a chain of thought).
 """
 
 from __future__ import annotations
@@ -21,14 +25,32 @@ from rlstream.trainers.lm import EOS
 from rlstream.trainers.policy import Policy
 from rlstream.trainers.sampling import sample
 from rlstream.trainers.selection.features import (
+    CachedFeaturizer,
     ConcatFeaturizer,
+    Featurizer,
     HiddenStateFeaturizer,
+    MiniLMFeaturizer,
     TextFeaturizer,
 )
 from rlstream.trainers.selection.ppm import PPMArgs, PromptPredictiveModel
 from rlstream.trainers.selection.predictive import PredictiveArgs, PredictiveSampler
 
-PPM_FEATURES = ("reference", "confidence", "hidden", "text")
+PPM_FEATURES = ("minilm", "text", "hidden", "confidence", "reference")
+STATIC_FEATURES = ("minilm", "text")
+"""Featurizers that read no policy: computed once per prompt; a PPM of only these needs no
+policy at all (the scheduler then follows no policy versions)."""
+
+
+def reads_policy(features: list[str]) -> bool:
+    return any(f not in STATIC_FEATURES for f in features)
+
+
+def static_featurizer(features: list[str]) -> Featurizer:
+    """The prompt vectors the sampler spreads its picks over and the neighbourhood is searched
+    in (the run's Qdrant collection): the first static featurizer named, else char n-grams
+    (spreading picks over policy features would push them to the uninformative extremes)."""
+    static = [f for f in features if f in STATIC_FEATURES] or ["text"]
+    return CachedFeaturizer(MiniLMFeaturizer() if static[0] == "minilm" else TextFeaturizer())
 
 
 def check_features(spec: str) -> list[str]:
@@ -41,19 +63,25 @@ def check_features(spec: str) -> list[str]:
     return names
 
 
+def hidden_size(policy: Policy) -> int:
+    return policy.model.lm.config.get_text_config().hidden_size
+
+
 @torch.no_grad()
 def last_token_hidden(policy: Policy, prompts: list[Prompt]) -> np.ndarray:
-    """(N, n_embd): the policy's final-layer state at each prompt's last token ('=')."""
-    m, out = policy.model, np.zeros((len(prompts), policy.model.config.n_embd), np.float32)
+    """(N, hidden): the policy's last hidden state at each prompt's last token, as the policy
+    sees the prompt (its chat template, if it has one). Prompts of one length share a pass."""
+    m, tok = policy.model, policy.tok
+    out = np.zeros((len(prompts), hidden_size(policy)), np.float32)
+    enc = tok.encode_prompts([p.text for p in prompts])
     by_len: dict[int, list[int]] = defaultdict(list)
-    for i, p in enumerate(prompts):
-        by_len[len(p.text)].append(i)
+    for i, e in enumerate(enc):
+        by_len[min(len(e), m.block_size)].append(i)
+    device = next(m.parameters()).device
     for length, idx in by_len.items():
-        x = torch.tensor([policy.tok.encode(prompts[i].text) for i in idx])
-        h = m.wte(x) + m.wpe(torch.arange(length))  # (n, T, C)
-        for block in m.h:
-            h = block(h)
-        out[idx] = m.ln_f(h)[:, -1].numpy()
+        x = torch.tensor([enc[i][-length:] for i in idx], device=device)
+        h = m.lm(input_ids=x, output_hidden_states=True).hidden_states[-1]  # (n, T, C)
+        out[idx] = h[:, -1].float().cpu().numpy()
     return out
 
 
@@ -120,24 +148,33 @@ def make_policy_ppm_sampler(
     args: PredictiveArgs,
     temperature: float,
     max_new_tokens: int,
+    neighbourhood=None,
+    embedder: Featurizer | None = None,
 ) -> PredictiveSampler:
-    """The PPM sampler reading `features` of `policy()` (called at every scoring, so it can
-    return a newer policy each time; call `sampler.ppm.refresh_features()` when it changes)."""
-    T, n_new = temperature, max_new_tokens
+    """The PPM sampler reading `features` (of `policy()`, called at every scoring, so it can
+    return a newer policy each time; call `sampler.ppm.refresh_features()` when it changes).
 
-    def part(name: str):  # text needs no policy; hidden asks it for its width
+    `embedder` (default `static_featurizer(features)`) gives the prompt vectors picks are
+    spread over and neighbours are found by; `neighbourhood` (default in memory) answers the
+    neighbourhood pass rates in that space (the streaming scheduler's reads its Qdrant)."""
+    T, n_new = temperature, max_new_tokens
+    embedder = embedder or static_featurizer(features)
+
+    def part(name: str):
+        inner = getattr(embedder, "inner", None)
         if name == "text":
-            return TextFeaturizer()
+            return embedder if isinstance(inner, TextFeaturizer) else TextFeaturizer()
+        if name == "minilm":
+            return embedder if isinstance(inner, MiniLMFeaturizer) else MiniLMFeaturizer()
         if name == "reference":
             return HiddenStateFeaturizer(lambda ps: reference_likelihood(policy(), ps, T, n_new), 3)
         if name == "confidence":
             return HiddenStateFeaturizer(lambda ps: greedy_confidence(policy(), ps, n_new), 3)
-        dim = policy().model.config.n_embd
-        return HiddenStateFeaturizer(lambda ps: last_token_hidden(policy(), ps), dim)
+        return HiddenStateFeaturizer(lambda ps: last_token_hidden(policy(), ps),
+                                     hidden_size(policy()))  # fmt: skip
 
     parts = [part(f) for f in features]
-    ppm = PromptPredictiveModel(PPMArgs(seed=seed), featurizer=ConcatFeaturizer(parts))
-    # diversity is measured on the prompts' text, not on the policy features the PPM reads
-    # (spreading picks over confidence would push them to the uninformative extremes)
-    text = TextFeaturizer()
-    return PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=text(pool), embedder=text)
+    ppm = PromptPredictiveModel(PPMArgs(seed=seed), featurizer=ConcatFeaturizer(parts),
+                                neighbourhood=neighbourhood, keys=embedder)  # fmt: skip
+    return PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=embedder(pool),
+                             embedder=embedder)  # fmt: skip

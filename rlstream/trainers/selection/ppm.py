@@ -152,14 +152,20 @@ class PromptPredictiveModel:
     """Featurize, remember every observation, fit online, predict pass rates (also for unseen)."""
 
     def __init__(
-        self, args: PPMArgs | None = None, featurizer: Featurizer | None = None, neighbourhood=None
+        self,
+        args: PPMArgs | None = None,
+        featurizer: Featurizer | None = None,
+        neighbourhood=None,
+        keys: Featurizer | None = None,
     ):
+        """`keys`: the vectors neighbours are found by (default: the featurizer's output); a
+        neighbourhood kept outside (the run's Qdrant collection) is searched in its space."""
         self.args = a = args or PPMArgs()
         if featurizer is None:
             from rlstream.trainers.selection.features import ConcatFeaturizer
 
             featurizer = ConcatFeaturizer([make_featurizer(n) for n in a.featurizers])
-        self.featurizer = featurizer
+        self.featurizer, self.keys = featurizer, keys
         self.neighbours = neighbourhood or KnnNeighbourhood(a.k_neighbours)
         self.in_dim = featurizer.dim + (HISTORY_DIM if a.use_history else 0)
         torch.manual_seed(a.seed)
@@ -180,6 +186,10 @@ class PromptPredictiveModel:
                 self._cache[p.prompt_id] = v
         return np.stack([self._cache[p.prompt_id] for p in prompts]).astype(np.float32)
 
+    def key_vectors(self, prompts: list[Prompt]) -> np.ndarray:
+        """The vectors the neighbourhood is searched by."""
+        return self.embed(prompts) if self.keys is None else self.keys(prompts)
+
     def refresh_features(self) -> None:
         """Forget cached featurizer outputs: needed when they read the policy and it moved."""
         self._cache.clear()
@@ -191,7 +201,9 @@ class PromptPredictiveModel:
             return e
         c = np.array([self.counts.get(p.prompt_id, [0.0, 0.0, -1.0]) for p in prompts])
         gap = self.policy_version - c[:, 2]
-        rate, weight = self.neighbours.query(e, exclude=[p.prompt_id for p in prompts])
+        rate, weight = self.neighbours.query(
+            self.key_vectors(prompts), exclude=[p.prompt_id for p in prompts]
+        )
         return np.concatenate([e, history_features(c[:, 1], c[:, 0], gap, rate, weight)], axis=1)
 
     def observe(self, prompts: list[Prompt], successes, attempts) -> None:
@@ -206,7 +218,7 @@ class PromptPredictiveModel:
             c = self.counts.setdefault(p.prompt_id, [0.0, 0.0, -1.0])
             c[0], c[1], c[2] = c[0] + si, c[1] + ni, self.policy_version
         if self.args.use_history:
-            self.neighbours.add([p.prompt_id for p in prompts], self.embed(prompts), s, n)
+            self.neighbours.add([p.prompt_id for p in prompts], self.key_vectors(prompts), s, n)
         drop = self._stale()
         if drop > 0:
             del self.x[:drop], self.s[:drop], self.n[:drop], self.ver[:drop]

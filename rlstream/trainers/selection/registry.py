@@ -49,11 +49,24 @@ def split_arm(name: str, default_features: str) -> tuple[str, list[str]]:
     return base, check_features(feats or default_features)
 
 
-def build_sampler(cfg, pool: list[Prompt], policy, name: str | None = None, ppm_args=None):
+def build_sampler(
+    cfg,
+    pool: list[Prompt],
+    policy,
+    name: str | None = None,
+    ppm_args=None,
+    neighbourhood=None,
+    embedder=None,
+):
     """The sampler a loop uses: `name` (default cfg.selection.sampler, `ppm:<featurizers>`
     allowed) over `pool`, seeded by cfg.seed. The PPM sampler reads `policy()` (a callable, so
-    the loop can hand it the newest policy) with cfg.selection.ppm_features."""
-    from rlstream.trainers.selection.policy_features import make_policy_ppm_sampler, tuned_args
+    the loop can hand it the newest policy) with cfg.selection.ppm_features; `neighbourhood`
+    and `embedder` as `make_policy_ppm_sampler` takes them."""
+    from rlstream.trainers.selection.policy_features import (
+        make_policy_ppm_sampler,
+        reads_policy,
+        tuned_args,
+    )
 
     base, features = split_arm(name or cfg.selection.sampler, cfg.selection.ppm_features)
     if base != "ppm":
@@ -61,8 +74,9 @@ def build_sampler(cfg, pool: list[Prompt], policy, name: str | None = None, ppm_
         sampler.reads_policy = False
         return sampler
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, ppm_args or tuned_args(),
-                                      cfg.rl.temperature, cfg.rl.max_new_tokens)  # fmt: skip
-    sampler.reads_policy = features != ["text"]
+                                      cfg.rl.temperature, cfg.rl.max_new_tokens,
+                                      neighbourhood=neighbourhood, embedder=embedder)  # fmt: skip
+    sampler.reads_policy = reads_policy(features)
     return sampler
 
 
