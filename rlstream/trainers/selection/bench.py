@@ -44,9 +44,10 @@ def bench_config() -> Config:
 
 @dataclass
 class BenchArgs:
-    samplers: str = "uniform,dapo,greso,mopps,ppm,ppm:confidence"
+    samplers: str = "uniform,dapo,greso,mopps,ppm,ppm:reference"
     """comma-separated registered samplers (uniform and dapo are the baselines); `ppm:<f>`
-    is the PPM sampler with featurizers f (ppm:confidence: no reference answer used)"""
+    is the PPM sampler with featurizers f joined by '+' (ppm: the reference-free default;
+    ppm:reference: the labelled variant that reads the reference answer)"""
     seeds: int = 3
     """seeds per sampler (seed s of every sampler starts from the same checkpoint)"""
     steps: int = 40

@@ -18,7 +18,7 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("selection")
     def bench_selection(
         samplers: str = typer.Option(
-            "uniform,dapo,greso,mopps,ppm,ppm:confidence",
+            "uniform,dapo,greso,mopps,ppm,ppm:reference",
             help="samplers to compare; ppm:<featurizers> is a PPM variant",
         ),
         seeds: int = typer.Option(3, help="seeds per sampler"),
@@ -43,7 +43,7 @@ def register(bench_app: typer.Typer) -> None:
         late_extra: str = typer.Option(None, help="out-of-reach family of the late pool"),
         late_rl_lr: float = typer.Option(None, help="RL learning rate of the late pool's arms"),
         ppm_features: str = typer.Option(
-            None, help="PPM featurizers of the ppm arm: reference,confidence,hidden,text"
+            None, help="PPM featurizers of the ppm arm: minilm,text,hidden,confidence,reference"
         ),
         pretrain_steps: int = typer.Option(None, help="pre-training step cap"),
         corpus_docs: int = typer.Option(None, help="pre-training documents"),

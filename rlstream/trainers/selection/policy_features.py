@@ -14,6 +14,7 @@ The labelled variant that reads the reference answer:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -54,11 +55,12 @@ def static_featurizer(features: list[str]) -> Featurizer:
 
 
 def check_features(spec: str) -> list[str]:
-    """The featurizer names in a comma-separated spec; an unknown one is a ValueError."""
-    names = [f.strip() for f in spec.split(",") if f.strip()]
+    """The featurizer names in a spec separated by ',' or '+' (an arm in a comma-separated
+    sampler list: `ppm:minilm+hidden`); an unknown one is a ValueError."""
+    names = [f.strip() for f in re.split(r"[,+]", spec) if f.strip()]
     if not names or not set(names) <= set(PPM_FEATURES):
         raise ValueError(
-            f"ppm_features: comma-separated from {', '.join(PPM_FEATURES)}; got {spec!r}"
+            f"ppm_features: separated by ',' or '+', from {', '.join(PPM_FEATURES)}; got {spec!r}"
         )
     return names
 
