@@ -180,3 +180,39 @@ def test_featurizer_registry():
 def test_minilm_embeddings_are_384d_and_normalised():
     x = make_featurizer("minilm")(synthetic_pool(2))
     assert x.shape == (2, 384) and np.allclose(np.linalg.norm(x, axis=1), 1, atol=1e-4)
+
+
+def test_ppm_recovers_pass_rates_of_families_it_never_saw_from_their_neighbours():
+    """Synthetic families on a curve in embedding space, pass rate a smooth function of the
+    position; the PPM sees outcomes of every other family only. Bound: each unseen family's
+    mean prediction within 0.1 of its true pass rate, and r >= 0.9 across families."""
+    rng = np.random.default_rng(0)
+    n_families, per, dim = 13, 20, 16
+    t = np.linspace(0, 1, n_families)  # position along the curve
+    basis = np.linalg.qr(rng.standard_normal((dim, 3)))[0].T  # 3 orthonormal directions
+    centres = np.stack([np.cos(2 * x) * basis[0] + np.sin(2 * x) * basis[1] + x * basis[2]
+                        for x in t])  # fmt: skip
+    rate = 0.1 + 0.8 * t
+    family = np.repeat(np.arange(n_families), per)
+    emb = (centres[family] + 0.03 * rng.standard_normal((len(family), dim))).astype(np.float32)
+    pool = synthetic_pool(len(family))
+    row = {q.prompt_id: i for i, q in enumerate(pool)}
+    feat = HiddenStateFeaturizer(lambda ps: emb[[row[q.prompt_id] for q in ps]], dim)
+    ppm = PromptPredictiveModel(PPMArgs(hidden=64, fit_steps=0, seed=0), featurizer=feat)
+    seen = [i for i in range(len(pool)) if family[i] % 2 == 0]
+    for _ in range(3):
+        for chunk in np.array_split(rng.permutation(seen), 6):
+            prompts = [pool[i] for i in chunk]
+            ppm.observe(prompts, rng.binomial(8, rate[family[chunk]]), [8] * len(chunk))
+            ppm.fit(20)
+    ppm.fit(200)
+    unseen = [f for f in range(n_families) if f % 2 == 1]
+    pred = ppm.predict(pool)
+    by_family = np.array([pred[family == f].mean() for f in unseen])
+    assert np.abs(by_family - rate[unseen]).max() <= 0.1, (by_family, rate[unseen])
+    assert pearson_r(by_family, rate[unseen]) >= 0.9
+    # the neighbourhood feature alone already carries it: its rate for an unseen prompt is
+    # the similarity-weighted rate of the seen families next to it on the curve
+    neighbour_rate = ppm.features(pool)[:, -2]
+    nb = np.array([neighbour_rate[family == f].mean() for f in unseen])
+    assert np.abs(nb - rate[unseen]).max() <= 0.15

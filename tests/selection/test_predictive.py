@@ -188,3 +188,42 @@ def test_hard_tilt_prefers_the_hard_but_solvable_side(tilt, hard_share):
         assert np.mean(picks) == hard_share
     else:  # untilted: Thompson noise decides, both sides get picked
         assert 0.2 < np.mean(picks) < 0.8
+
+
+def test_the_posterior_follows_hand_computed_beta_updates():
+    """Beta(k mu + s, k (1 - mu) + f): the PPM's prediction mu is a prior worth k rollouts, and
+    the prompt's own outcomes, decayed by `decay` per update that touches it, add to it."""
+    pool = synthetic_pool(3)
+    rates = {pool[0].prompt_id: 0.25, pool[1].prompt_id: 0.6, pool[2].prompt_id: 0.9}
+    args = PredictiveArgs(prior_strength=4.0, skill_gate=False, decay=0.9)
+    emb = {p.prompt_id: v for p, v in zip(pool, np.eye(3), strict=True)}
+    sampler = PredictiveSampler(pool, seed=0, args=args, ppm=FixedPredictor(rates, emb))
+    alpha, beta = sampler.posterior(np.arange(3))
+    np.testing.assert_allclose(alpha, [1.0, 2.4, 3.6])  # 4 x mu before any outcome
+    np.testing.assert_allclose(beta, [3.0, 1.6, 0.4])
+    sampler.update([pool[0]], [[1.0, 1.0, 1.0, 0.0]])  # 3 of 4
+    sampler.update([pool[0]], [[1.0, 0.0, 0.0, 0.0]])  # 1 of 4: s = 3 x 0.9 + 1, f = 0.9 + 3
+    alpha, beta = sampler.posterior(np.arange(3))
+    np.testing.assert_allclose(alpha, [1.0 + 3.7, 2.4, 3.6])
+    np.testing.assert_allclose(beta, [3.0 + 3.9, 1.6, 0.4])
+    # the scores it publishes are that posterior's mean and standard deviation
+    a, b = 4.7, 6.9
+    sel = sampler.select_scored(0, 3)
+    (rec,) = [r for r in sel.records if r.prompt_id == pool[0].prompt_id]
+    assert rec.predicted_pass_rate == pytest.approx(a / (a + b))
+    assert rec.uncertainty == pytest.approx(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
+
+
+def test_thompson_draws_spread_where_the_posterior_is_wide():
+    """Acquisition draws theta from each prompt's posterior: a prompt with a weak prior gets
+    widely spread draws, one with many outcomes draws close to its observed rate."""
+    pool = synthetic_pool(2)
+    rates = {p.prompt_id: 0.5 for p in pool}
+    args = PredictiveArgs(prior_strength=1.0, skill_gate=False, decay=1.0)
+    sampler = PredictiveSampler(pool, seed=0, args=args, ppm=FixedPredictor(rates))
+    for _ in range(25):
+        sampler.update([pool[1]], [[1.0, 0.0, 0.0, 0.0]])  # 100 rollouts at 0.25
+    alpha, beta = sampler.posterior(np.arange(2))
+    draws = sampler.rng.beta(alpha[:, None], beta[:, None], size=(2, 4000))
+    assert draws[0].std() > 0.25 and abs(draws[1].mean() - 0.25) < 0.01
+    assert draws[1].std() < 0.05

@@ -82,7 +82,8 @@ def last_token_hidden(policy: Policy, prompts: list[Prompt]) -> np.ndarray:
     device = next(m.parameters()).device
     for length, idx in by_len.items():
         x = torch.tensor([enc[i][-length:] for i in idx], device=device)
-        h = m.lm(input_ids=x, output_hidden_states=True).hidden_states[-1]  # (n, T, C)
+        out_ = m.lm(input_ids=x, attention_mask=torch.ones_like(x), output_hidden_states=True)
+        h = out_.hidden_states[-1]  # (n, T, C)
         out[idx] = h[:, -1].float().cpu().numpy()
     return out
 
