@@ -15,12 +15,17 @@ Rewards flow back into the sampler's statistics as groups complete.
 Scoring and selection share one process because samplers score candidates from a pool that is
 drawn from again and again; a stateless score_prompts over a one-shot stream would not see it.
 
-With `sampler=ppm` and policy featurizers (`ppm_features`, default `reference`: the policy's
-probability of each candidate's reference answer), the scheduler follows rl.policy_versions.v1
-like a rollout worker, loads the newest weights, and re-featurizes candidates when they change.
+With `sampler=ppm` the predictor reads, by default, no answer and no policy: a MiniLM
+embedding of each prompt (computed once), its history, and neighbourhood pass rates read back
+from the run's Qdrant collection, which this process writes (`EnvironmentState`: prompt vectors
+with outcome statistics). Its calibration on prompts never rolled out before (Brier, Pearson r)
+goes to rl.eval_results.v1 as task `ppm`. With policy featurizers (`ppm_features` hidden,
+confidence, or the labelled variant reference) the scheduler follows rl.policy_versions.v1 like
+a rollout worker, loads the newest weights, and re-featurizes candidates when they change.
 Completed groups reach the sampler in batches (one update per poll) and the PPM is fitted once
 per issued round, right before it scores that round's candidates, on whatever arrived since:
 fitting per poll made the scheduler the loop's bottleneck (trainer idle share 0.35 vs 0.06).
+`selection.ppm_from` starts a new run's PPM and collection from an earlier run's export.
 
 Restarts (a crash the supervisor restarts, or `rlstream run --resume`) continue, not start over:
 the round numbering and the pacing resume from what rl.rollout_requests.v1 already holds (a
@@ -481,6 +486,7 @@ class Scheduler:
                     await self.checkpoint(c, store)
                     await self.report_calibration(producer, demand.rl_step)
             await self.checkpoint(c, store)
+            await self.report_calibration(producer, demand.rl_step)
         finally:
             await c.stop()
 
@@ -683,6 +689,10 @@ async def serve(cfg: Config, endpoints: Endpoints) -> None:
             follow.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follow
+        neighbours = getattr(getattr(scheduler.sampler, "ppm", None), "neighbours", None)
+        if isinstance(neighbours, QdrantNeighbourhood):
+            log.info("PPM neighbourhood: %d reads from Qdrant, %d from memory (Qdrant down)",
+                     neighbours.queries - neighbours.fallbacks, neighbours.fallbacks)  # fmt: skip
         scheduler.env_state.close()
 
 

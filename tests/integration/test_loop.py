@@ -1,11 +1,13 @@
 """The whole streaming loop (`rlstream run`) on the real broker, S3 server and local Qdrant,
-with two rollout workers, for a few RL steps, selecting prompts with the PPM sampler (which
-makes the scheduler follow the policy too)."""
+with two rollout workers, for a few RL steps, selecting prompts with the PPM sampler (its
+default reads no answer and no policy: MiniLM embeddings, history, and neighbourhood pass rates
+read back from the run's Qdrant collection)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter, defaultdict
 
 import pytest
@@ -304,7 +306,9 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
     assert figures["restarts"] == {}  # nothing crashed on them
 
 
-def test_ppo_hybrid_reward_rules_and_a_trained_bpe_reach_the_live_loop(loop_run, tmp_path):
+def test_ppo_hybrid_reward_rules_a_trained_bpe_and_a_warm_ppm_reach_the_live_loop(
+    loop_run, tmp_path
+):
     # the JSON rules (the verifier plus half a point for an all-digit answer) are what
     # score_rollouts applies, so they are what the trainer receives; PPO trains its value head
     # and hybrid mode mixes pre-training loss into every update, all through `rlstream run`;
@@ -326,8 +330,10 @@ def test_ppo_hybrid_reward_rules_and_a_trained_bpe_reach_the_live_loop(loop_run,
     summary = tmp_path / "summary.json"
     run_id = "loop-ppo"
     earlier = sorted((r["event_id"], r["reward"]) for r in _rows("rewards"))
+    _, loop_out, _ = loop_run
     cli("run", "--rl-steps", "3", "--algo", "ppo", "--hybrid", "--reward-rules", str(rules),
-        "--sampler", "uniform", "--run-id", run_id, "--out", str(tmp_path),
+        "--sampler", "ppm", "--ppm-from", str(loop_out / "loop-it" / "ppm"),
+        "--run-id", run_id, "--out", str(tmp_path),
         "--summary", str(summary), *SMALL, "--set", "rl.update_epochs=2",
         "--set", "model.tokenizer=bpe:300", timeout=900)  # fmt: skip
     figures = json.loads(summary.read_text())
@@ -351,6 +357,10 @@ def test_ppo_hybrid_reward_rules_and_a_trained_bpe_reach_the_live_loop(loop_run,
     assert sorted((r["event_id"], r["reward"]) for r in _rows("rewards")) == earlier
     config = (tmp_path / run_id / "config.yaml").read_text()
     assert "algo: ppo" in config and "hybrid: true" in config  # the effective config is kept
+    # its PPM started from loop-it's: the network, history and prompt collection
+    log = (tmp_path / run_id / "logs" / "scheduler.log").read_text()
+    assert re.search(r"the PPM starts from \S+loop-it/ppm \(\d+ observations, [1-9]\d* fits\)", log)
+    assert re.search(r"[1-9]\d* prompt vectors of \S+ join this run's collection", log)
     trained = Tokenizer.load(tmp_path / run_id / "tokenizer")
     assert f"tokenizer: {tmp_path / run_id / 'tokenizer'}" in config
     assert not trained.is_char and trained.eos == "<|endoftext|>"
@@ -363,7 +373,7 @@ def test_ppo_hybrid_reward_rules_and_a_trained_bpe_reach_the_live_loop(loop_run,
         assert max(r["prompt_tokens"] + r["completion_tokens"]) < trained.vocab_size
 
 
-def test_the_ppm_scheduler_records_every_decision_and_reads_the_policy(loop_run):
+def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     figures, out, _ = loop_run
     scores = _rows("prompt_scores")
     requested = [r["prompt_id"] for r in _rows("rollout_requests")]
@@ -375,8 +385,16 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_the_policy(loop_run)
     assert max(r["ppm_version"] for r in scores) > 0  # the PPM was fitted on rewards
     assert all(0.0 <= r["predicted_pass_rate"] <= 1.0 for r in scores)
     log = (out / "loop-it" / "logs" / "scheduler.log").read_text()
-    assert "loaded policy version" in log  # it featurizes candidates with the newest weights
+    # the default PPM reads MiniLM embeddings and history: no answer, no policy to follow
+    assert "loaded policy version" not in log
+    reads = re.search(r"PPM neighbourhood: (\d+) reads from Qdrant, (\d+) from memory", log)
+    assert reads and int(reads[1]) > 0 and reads[2] == "0"  # read back from the collection
     assert 0.0 <= figures["zero_variance_share"] <= 1.0 and figures["sampler"] == "ppm"
+    calibration = {r["metric"]: r for r in _rows("eval_results") if r["task"] == "ppm"}
+    assert set(calibration) == {"brier_unseen", "pearson_r_unseen"}  # measured live
+    assert 0.0 <= calibration["brier_unseen"]["value"] <= 1.0
+    assert calibration["brier_unseen"]["n"] >= 16  # groups of prompts never rolled out before
+    assert (out / "loop-it" / "ppm" / "state.pt").exists()  # what --ppm-from starts from
 
 
 def test_eval_results_arrive(loop_run):
