@@ -227,15 +227,16 @@ class EnvironmentState:
 
     def carry_over(self, points: list[dict]) -> None:
         """Start from another run's collection (`selection.ppm_from`, rows of `export_ppm`):
-        its prompt vectors and outcome statistics are written into this run's collection at
-        the next flush, so a new run's neighbourhood features read them from its first round;
-        a prompt this run rolls out replaces them with its own."""
+        its prompt vectors and outcome statistics are written into this run's collection now
+        (or at the next flush that reaches Qdrant), so a new run's neighbourhood features read
+        them from its first round; a prompt this run rolls out replaces them with its own."""
         if points and len(points[0]["vector"]) != self.store.dim:
             raise WarmStartError(
                 f"selection.ppm_from: that run embedded prompts in {len(points[0]['vector'])} "
                 f"dimensions, this run in {self.store.dim}; use its selection.ppm_features"
             )
         self.carried = points
+        self.flush()
 
     def flush(self) -> bool:
         """Upsert what changed; False (kept for the next try) if the store is unavailable."""
