@@ -38,6 +38,17 @@ class Live:
         )
         self.bars: dict[str, int] = {}
         self.t0 = time.time()
+        # without a terminal (a log file, CI, --no-progress) a plain line every PLAIN_EVERY_S
+        self.plain = not (a.progress and self.progress.console.is_terminal)
+        self.printed_at = 0.0
+
+    PLAIN_EVERY_S = 10.0
+
+    def line(self, text: str) -> None:
+        """A plain progress line, at most every PLAIN_EVERY_S, when there is no live bar."""
+        if self.plain and time.time() - self.printed_at >= self.PLAIN_EVERY_S:
+            self.printed_at = time.time()
+            print(f"[{time.time() - self.t0:6.0f} s] {text}", flush=True)
 
     def __enter__(self):
         self.progress.__enter__()
@@ -53,6 +64,7 @@ class Live:
             if phase not in self.bars:
                 self.bars[phase] = self.progress.add_task(phase, total=total, info="")
             self.progress.update(self.bars[phase], completed=step)
+            self.line(f"{phase}: step {step}" + (f"/{total}" if total else ""))
 
         return cb
 
@@ -82,6 +94,7 @@ class Live:
                 f"wasted {waste:.2f}  rollouts {row['rollouts']}  {acc}"
             )
             self.progress.update(bar, advance=1, info=info)
+            self.line(f"{pool} pool: {info}")
 
         return cb
 
