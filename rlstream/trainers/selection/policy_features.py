@@ -166,9 +166,15 @@ def make_policy_ppm_sampler(
     def part(name: str):
         inner = getattr(embedder, "inner", None)
         if name == "text":
-            return embedder if isinstance(inner, TextFeaturizer) else TextFeaturizer()
+            return (
+                embedder
+                if isinstance(inner, TextFeaturizer)
+                else CachedFeaturizer(TextFeaturizer())
+            )
         if name == "minilm":
-            return embedder if isinstance(inner, MiniLMFeaturizer) else MiniLMFeaturizer()
+            if isinstance(inner, MiniLMFeaturizer):
+                return embedder
+            return CachedFeaturizer(MiniLMFeaturizer())
         if name == "reference":
             return HiddenStateFeaturizer(lambda ps: reference_likelihood(policy(), ps, T, n_new), 3)
         if name == "confidence":
