@@ -59,12 +59,15 @@ SCHEDULER_VECTOR_FAILURES = Counter(
     "Vector-store (Qdrant) writes that failed and were kept for the next flush.",
 )
 SCHEDULER_PPM_BRIER = Gauge(
-    "rlstream_scheduler_ppm_brier_unseen",
-    "The PPM's Brier score on prompts picked before any rollout (last 512 such groups).",
+    "rlstream_scheduler_ppm_brier",
+    "The PPM's Brier score on prompts picked before any rollout (last 512 such groups), by "
+    "window: unseen (every first pick) or uniform (the sampler's uniform share).",
+    ["window"],
 )
 SCHEDULER_PPM_PEARSON = Gauge(
-    "rlstream_scheduler_ppm_pearson_unseen",
+    "rlstream_scheduler_ppm_pearson",
     "Pearson r of the PPM's predictions and pass rates on prompts never rolled out before.",
+    ["window"],
 )
 TRAINER_STEPS = Counter("rlstream_trainer_steps_total", "Updates applied, by phase.", ["phase"])
 TRAINER_IDLE_SECONDS = Counter(

@@ -494,18 +494,19 @@ class Scheduler:
     async def report_calibration(self, producer: EventProducer, step: int) -> None:
         """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r),
         as eval_results rows (task `ppm`: the report, MLflow) and gauges."""
-        figures = self.calibration.figures()
-        if figures is None:
-            return
-        metrics.SCHEDULER_PPM_BRIER.set(figures["brier"])
-        metrics.SCHEDULER_PPM_PEARSON.set(figures["pearson_r"])
-        rows = [
-            {"event_id": make_event_id("ppm_calibration", self.cfg.run_id, self.issued_rounds, k),
-             "step": step, "task": "ppm", "metric": f"{k}_unseen", "value": float(figures[k]),
-             "n": figures["n_prompts"]}
-            for k in ("brier", "pearson_r")
-        ]  # fmt: skip
-        await producer.send(EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id))
+        rows = []
+        for window, figures in self.calibration.figures().items():
+            metrics.SCHEDULER_PPM_BRIER.labels(window).set(figures["brier"])
+            metrics.SCHEDULER_PPM_PEARSON.labels(window).set(figures["pearson_r"])
+            rows += [
+                {"event_id": make_event_id("ppm_calibration", self.cfg.run_id,
+                                           self.issued_rounds, window, k),
+                 "step": step, "task": "ppm", "metric": f"{k}_{window}",
+                 "value": float(figures[k]), "n": figures["n_prompts"]}
+                for k in ("brier", "pearson_r")
+            ]  # fmt: skip
+        if rows:
+            await producer.send(EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id))
 
     async def checkpoint(self, c, store: ObjectStore) -> None:
         """Snapshot to the object store, then commit the reward offsets it covers."""
@@ -543,32 +544,42 @@ class Scheduler:
 
 class Calibration:
     """The PPM's predictions for prompts picked before any of their rollouts, against the
-    groups those rollouts then scored: the predictor's calibration on unseen prompts, live.
-    A window of the last `window` such groups."""
+    groups those rollouts then scored: the predictor's calibration on unseen prompts, live,
+    over the last `window` such groups. Two windows: every first pick (`unseen`: biased, as the
+    sampler picks prompts it predicts to be informative, which narrows the range r sees) and
+    the picks of its uniform share (`uniform`: unbiased, what the benchmark's held-out r is)."""
+
+    WINDOWS = ("unseen", "uniform")
 
     def __init__(self, window: int = 512, least: int = 16):
-        self.pending: dict[str, float] = {}  # prompt id -> predicted pass rate at its pick
-        self.scored: deque[tuple[float, float, int]] = deque(maxlen=window)
+        self.pending: dict[str, tuple[float, bool]] = {}  # id -> (prediction, uniform pick)
+        self.scored = {name: deque(maxlen=window) for name in self.WINDOWS}
         self.least = least
 
     def predicted(self, records, counts: dict) -> None:
         for r in records:
             if r.selected and r.prompt_id not in counts and r.prompt_id not in self.pending:
-                self.pending[r.prompt_id] = r.predicted_pass_rate
+                self.pending[r.prompt_id] = (r.predicted_pass_rate, r.reason == "uniform_share")
 
     def observed(self, prompt_id: str, rewards: list[float]) -> None:
-        pred = self.pending.pop(prompt_id, None)
-        if pred is not None:
-            self.scored.append((pred, sum(r > 0.5 for r in rewards), len(rewards)))
+        pred, uniform = self.pending.pop(prompt_id, (None, False))
+        if pred is None:
+            return
+        outcome = (pred, sum(r > 0.5 for r in rewards), len(rewards))
+        self.scored["unseen"].append(outcome)
+        if uniform:
+            self.scored["uniform"].append(outcome)
 
-    def figures(self) -> dict | None:
-        """Brier score and Pearson r over the window (None before `least` groups)."""
+    def figures(self) -> dict[str, dict]:
+        """Brier score and Pearson r per window that holds `least` groups."""
         from rlstream.trainers.selection.ppm import calibration
 
-        if len(self.scored) < self.least:
-            return None
-        pred, s, n = (np.array(col, dtype=float) for col in zip(*self.scored, strict=True))
-        return calibration(pred, s, n)
+        out = {}
+        for name, scored in self.scored.items():
+            if len(scored) >= self.least:
+                pred, s, n = (np.array(col, dtype=float) for col in zip(*scored, strict=True))
+                out[name] = calibration(pred, s, n)
+        return out
 
 
 def warm_start(ppm, state: dict) -> None:

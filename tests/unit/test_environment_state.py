@@ -10,7 +10,7 @@ import pytest
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.faults import FAULTS_DIR
-from rlstream.streams.scheduler import EnvironmentState, WarmStartError
+from rlstream.streams.scheduler import Calibration, EnvironmentState, WarmStartError
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.features import CachedFeaturizer, TextFeaturizer
 from rlstream.trainers.selection.neighbours import QdrantNeighbourhood
@@ -82,3 +82,33 @@ def test_another_runs_collection_carries_over_and_a_wrong_space_is_refused(tmp_p
     with pytest.raises(WarmStartError, match="dimensions"):
         new.carry_over([{"id": 1, "vector": [0.0] * 3, "payload": "{}"}])
     new.close()
+
+
+def test_live_calibration_scores_first_picks_and_keeps_the_uniform_share_apart():
+    from rlstream.trainers.selection.records import ScoreRecord
+
+    def record(pid, pred, reason="informative", selected=True):
+        return ScoreRecord(pid, pred, 0.1, 1, "ppm", selected, reason)
+
+    cal = Calibration(least=2)
+    cal.predicted(
+        [
+            record("a", 0.9),
+            record("b", 0.2, "uniform_share"),
+            record("c", 0.5),
+            record("d", 0.5, "not_picked", selected=False),
+        ],
+        counts={"c": [4, 8, 0]},
+    )
+    assert set(cal.pending) == {"a", "b"}  # c was rolled out before, d not picked
+    cal.observed("a", [1.0, 1.0, 1.0, 0.0])
+    assert cal.figures() == {}  # fewer than `least` groups
+    cal.observed("b", [0.0, 0.0, 0.0, 1.0])
+    cal.observed("d", [1.0] * 4)  # never predicted: ignored
+    figures = cal.figures()
+    assert set(figures) == {"unseen"} and figures["unseen"]["n_prompts"] == 2
+    # Brier over the 8 outcomes: a (0.9 vs 1,1,1,0) and b (0.2 vs 0,0,0,1)
+    expected = (3 * 0.1**2 + 0.9**2 + 3 * 0.2**2 + 0.8**2) / 8
+    assert figures["unseen"]["brier"] == pytest.approx(expected)
+    assert figures["unseen"]["pearson_r"] == pytest.approx(1.0)
+    assert len(cal.scored["uniform"]) == 1 and not cal.pending
