@@ -293,12 +293,13 @@ class SelectionConfig:
     sampler: str = "ppm"
     """prompt sampler: ppm (predictive, reads the policy), uniform, greso, mopps (for DAPO's
     dynamic sampling set rl.filter_zero_variance=true with any of them)"""
-    ppm_features: str = "minilm"
+    ppm_features: str = "minilm,hidden"
     """what the ppm sampler's predictive model reads besides the shared history (attempts,
     successes, version gap, neighbourhood pass rates), comma-separated: minilm (a sentence
     embedding of the prompt), text (char n-grams), hidden (the policy's last hidden state at
     the prompt), confidence (its probability of its own greedy answer) — none reads an
-    answer — or reference (its probability of the reference answer: a labelled variant)"""
+    answer — or reference (its probability of the reference answer: a labelled variant).
+    The default was the best reference-free pair on the selection bench (README)"""
     ppm_from: str = ""
     """a run id of this stack whose PPM (scheduler snapshot) and prompt collection (Qdrant)
     warm-start this run's predictor (`rlstream run --ppm-from RUN_ID`)"""

@@ -15,13 +15,14 @@ Rewards flow back into the sampler's statistics as groups complete.
 Scoring and selection share one process because samplers score candidates from a pool that is
 drawn from again and again; a stateless score_prompts over a one-shot stream would not see it.
 
-With `sampler=ppm` the predictor reads, by default, no answer and no policy: a MiniLM
-embedding of each prompt (computed once), its history, and neighbourhood pass rates read back
-from the run's Qdrant collection, which this process writes (`EnvironmentState`: prompt vectors
-with outcome statistics). Its calibration on prompts never rolled out before (Brier, Pearson r)
-goes to rl.eval_results.v1 as task `ppm`. With policy featurizers (`ppm_features` hidden,
-confidence, or the labelled variant reference) the scheduler follows rl.policy_versions.v1 like
-a rollout worker, loads the newest weights, and re-featurizes candidates when they change.
+With `sampler=ppm` the predictor reads, by default, no answer: a MiniLM embedding of each
+prompt (computed once), the policy's last hidden state at the prompt, its history, and
+neighbourhood pass rates read back from the run's Qdrant collection, which this process writes
+(`EnvironmentState`: prompt vectors, in the MiniLM space, with outcome statistics). Its
+calibration on prompts never rolled out before (Brier, Pearson r) goes to rl.eval_results.v1 as
+task `ppm`. With policy featurizers (`ppm_features` hidden, the default's, confidence, or the
+labelled variant reference) the scheduler follows rl.policy_versions.v1 like a rollout worker,
+loads the newest weights, and re-featurizes candidates when they change.
 Completed groups reach the sampler in batches (one update per poll) and the PPM is fitted once
 per issued round, right before it scores that round's candidates, on whatever arrived since:
 fitting per poll made the scheduler the loop's bottleneck (trainer idle share 0.35 vs 0.06).

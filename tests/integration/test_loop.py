@@ -1,7 +1,7 @@
 """The whole streaming loop (`rlstream run`) on the real broker, S3 server and local Qdrant,
 with two rollout workers, for a few RL steps, selecting prompts with the PPM sampler (its
-default reads no answer and no policy: MiniLM embeddings, history, and neighbourhood pass rates
-read back from the run's Qdrant collection)."""
+default reads no answer: MiniLM embeddings, the policy's hidden state at the prompt, history,
+and neighbourhood pass rates read back from the run's Qdrant collection)."""
 
 from __future__ import annotations
 
@@ -385,8 +385,9 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     assert max(r["ppm_version"] for r in scores) > 0  # the PPM was fitted on rewards
     assert all(0.0 <= r["predicted_pass_rate"] <= 1.0 for r in scores)
     log = (out / "loop-it" / "logs" / "scheduler.log").read_text()
-    # the default PPM reads MiniLM embeddings and history: no answer, no policy to follow
-    assert "loaded policy version" not in log
+    # the default PPM reads no answer: MiniLM embeddings, the policy's hidden state at the
+    # prompt (so it follows the policy versions), history, and neighbourhoods
+    assert "loaded policy version" in log
     reads = re.search(r"PPM neighbourhood: (\d+) reads from Qdrant, (\d+) from memory", log)
     assert reads and int(reads[1]) > 0 and reads[2] == "0"  # read back from the collection
     assert 0.0 <= figures["zero_variance_share"] <= 1.0 and figures["sampler"] == "ppm"

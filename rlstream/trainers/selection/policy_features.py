@@ -1,7 +1,7 @@
 """The PPM's featurizers and the PPM sampler, shared by the selection bench (one policy,
 trained in place), the in-process loop and the streaming scheduler (the newest policy).
 
-Reference-free (the default, `minilm`): nothing reads an answer.
+Reference-free (the default is `minilm,hidden`): nothing reads an answer.
 - `minilm`: all-MiniLM-L6-v2 sentence embedding of the prompt text (computed once per prompt);
 - `text`: hashed character n-grams and digit/operator counts (computed once per prompt);
 - `hidden`: the policy's last hidden state at the prompt's last token (no answer, no sampling);
