@@ -5,6 +5,8 @@ neighbourhood reads back what it wrote; another run's collection carries over.""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -71,7 +73,7 @@ def test_another_runs_collection_carries_over_and_a_wrong_space_is_refused(tmp_p
     for p in _prompts(5):
         old.observe(p, [1.0, 0.0, 0.0, 0.0], policy_version=7)
     assert old.flush()
-    points = [{"id": p.id, "vector": p.vector, "payload": __import__("json").dumps(p.payload)}
+    points = [{"id": p.id, "vector": p.vector, "payload": json.dumps(p.payload)}
               for p in old.store.scroll_all()]  # fmt: skip
     old.close()
     new = _state(tmp_path / "new", "new-run")
