@@ -1,7 +1,8 @@
 """A user's own prompts through the live loop (`rlstream run --prompts FILE`) on the real broker,
 S3 server and Qdrant: only the file's train prompts are trained on, never its held-out ones;
 prompts a plain Kafka producer publishes mid-run (aiokafka + pyarrow, no rlstream code) join the
-pool; prompts the run cannot train on are refused at publish or dead-lettered with the reason."""
+pool; prompts the run cannot train on are refused at publish or dead-lettered with the reason;
+the user's reward function (TRL's shape) grades them, and its failures are dead-lettered."""
 
 from __future__ import annotations
 
@@ -112,18 +113,42 @@ async def _plain_publish(rows: list[dict]) -> None:
         await producer.stop()
 
 
+REWARD_FN = '''
+import time
+
+
+def reward(completions, prompt_id, answer, **columns):
+    """TRL's shape; raises on boom-* prompts and hangs on stall-* ones, on purpose."""
+    if prompt_id[0].startswith("boom"):
+        raise RuntimeError("the grader's service is down")
+    if prompt_id[0].startswith("stall"):
+        time.sleep(8)
+    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+'''
+
+
+GRADED = [  # a math-verified column, and prompts the user's reward function fails on
+    *({"prompt_id": f"half-{a}", "text": f"{a}/2=", "task": "quiz", "verifier": "math",
+       "answer": str(a / 2), "split": "train"} for a in range(1, 5)),
+    *({"prompt_id": f"{kind}-{i}", "text": f"{kind} {i}=", "task": "exact", "answer": "1",
+       "split": "train"} for kind in ("boom", "stall") for i in range(3)),
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def user_run(stack_home, tmp_path_factory):
+    """One run serves every test here: the file's prompts graded by the user's reward function,
+    prompts published mid-run by a plain producer, bad rows at publish and mid-run."""
     out = tmp_path_factory.mktemp("user-runs")
     prompts = out / f"{DATASET}.jsonl"
-    rows = _good_rows() + [row for row, _ in BAD_ROWS]
+    rows = _good_rows() + [row for row, _ in BAD_ROWS] + GRADED
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rules = out / "rules.json"
-    rules.write_text(json.dumps({"rules": [{"type": "exact_match", "weight": 1.0}]}))
+    (out / "grader.py").write_text(REWARD_FN)
     summary = out / "summary.json"
     args = [sys.executable, "-m", "rlstream.cli", "run", "--prompts", str(prompts),
-            "--reward-rules", str(rules), "--sampler", "uniform", "--rl-steps", str(STEPS),
-            "--run-id", RUN, "--out", str(out), "--summary", str(summary), *SMALL]  # fmt: skip
+            "--reward-fn", f"{out}/grader.py:reward", "--sampler", "uniform",
+            "--rl-steps", str(STEPS), "--run-id", RUN, "--out", str(out), "--summary",
+            str(summary), "--set", "rl.verifier_timeout_s=2", *SMALL]  # fmt: skip
     run = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            env=os.environ.copy())  # fmt: skip
     try:
@@ -153,7 +178,7 @@ def test_only_the_files_train_prompts_and_late_ones_are_requested(user_run):
     figures, out, _ = user_run
     requests = asyncio.run(_run_rows(Endpoints.from_env(), "rollout_requests", RUN))
     asked = {r["prompt_id"] for r in requests}
-    splits = _splits(_good_rows())
+    splits = _splits(_good_rows() + GRADED)
     train = {pid for pid, split in splits.items() if split == "train"}
     heldout = set(splits) - train
     late = {pid for pid, split in _splits(LATE).items() if split == "train"}
@@ -195,60 +220,26 @@ def test_bad_prompts_from_a_plain_producer_are_dead_lettered_and_the_loop_goes_o
     assert figures["completed"] and figures["rl_steps"] == STEPS
 
 
-REWARD_FN = '''
-import time
-
-
-def reward(completions, prompt_id, answer, **columns):
-    """TRL's shape; raises on boom-* prompts and hangs on stall-* ones, on purpose."""
-    if prompt_id[0].startswith("boom"):
-        raise RuntimeError("the grader's service is down")
-    if prompt_id[0].startswith("stall"):
-        time.sleep(8)
-    return [float(c.strip() == a) for c, a in zip(completions, answer)]
-'''
-
-
-@pytest.fixture(scope="module")
-def reward_fn_run(stack_home, tmp_path_factory):
-    from tests.integration.conftest import cli
-
-    out = tmp_path_factory.mktemp("reward-fn-runs")
-    (out / "grader.py").write_text(REWARD_FN)
-    rows = [{"text": f"{a}+{a}=", "task": "numeric", "answer": str(2 * a)} for a in range(20)]
-    rows += [{"prompt_id": f"half-{a}", "text": f"{a}/2=", "task": "quiz", "verifier": "math",
-              "answer": str(a / 2), "split": "train"} for a in range(1, 5)]  # fmt: skip
-    rows += [{"prompt_id": f"{kind}-{i}", "text": f"{kind} {i}=", "task": "exact", "answer": "1",
-              "split": "train"} for kind in ("boom", "stall") for i in range(3)]  # fmt: skip
-    (out / "graded.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = out / "summary.json"
-    cli("run", "--prompts", str(out / "graded.jsonl"), "--reward-fn", f"{out}/grader.py:reward",
-        "--sampler", "uniform", "--rl-steps", "6", "--run-id", "reward-fn-it", "--out", str(out),
-        "--summary", str(summary), "--set", "rl.verifier_timeout_s=2", *SMALL,
-        timeout=600)  # fmt: skip
-    return json.loads(summary.read_text())
-
-
-def test_a_raising_or_hanging_reward_function_is_dead_lettered_and_the_loop_goes_on(reward_fn_run):
-    figures = reward_fn_run
-    assert figures["completed"] and figures["rl_steps"] == 6
+def test_a_raising_or_hanging_reward_function_is_dead_lettered_and_the_loop_goes_on(user_run):
+    figures, _, _ = user_run
+    assert figures["completed"] and figures["rl_steps"] == STEPS
     endpoints = Endpoints.from_env()
-    requests = asyncio.run(_run_rows(endpoints, "rollout_requests", "reward-fn-it"))
+    requests = asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))
     failing = {
         r["request_id"] for r in requests if r["prompt_id"].split("-")[0] in ("boom", "stall")
     }
-    rewards = asyncio.run(_run_rows(endpoints, "rewards", "reward-fn-it"))
+    rewards = asyncio.run(_run_rows(endpoints, "rewards", RUN))
     failed = failing & {r["request_id"] for r in rewards}  # scored before the run ended
     zeroed = {
         r["request_id"] for r in rewards if (r["details"] or "").startswith("verifier failed")
     }
     assert failed and zeroed == failed
-    letters = asyncio.run(_run_rows(endpoints, "dead_letters", "reward-fn-it"))
+    letters = asyncio.run(_run_rows(endpoints, "dead_letters", RUN))
     reasons = [r["reason"] for r in letters if r["error_kind"] == "verifier_failed"]
     assert all(any(request in reason for reason in reasons) for request in failed)
     assert any("the grader's service is down" in r for r in reasons)
     assert any("timed out after 2 s" in r for r in reasons)
     # the verifier column travels with the prompt: rollouts of the math prompts carry it
-    rollouts = asyncio.run(_run_rows(endpoints, "rollouts", "reward-fn-it"))
+    rollouts = asyncio.run(_run_rows(endpoints, "rollouts", RUN))
     math = {r["verifier"] for r in rollouts if r["prompt_id"].startswith("half-")}
     assert math <= {"math"} and {r["verifier"] for r in rollouts} - {"math"} <= {None}
