@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import time
 
+from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as driver
 
@@ -150,11 +151,14 @@ class Consumer(driver.Consumer):
                 continue
             log.warning("offsets %d-%d of %s fetched, never served: fetching again", *span, tp)
             del self._unserved_since[tp], self._fetched_to[tp]
-            await self.seek(tp, span[0])
+            await self._seek_back(tp, span[0])
 
     async def _refetch_holes(self) -> None:
-        now = time.monotonic()
+        now, assigned = time.monotonic(), self.assignment()
         for tp, (since, base) in list(self._held_since.items()):
+            if tp not in assigned:  # a rebalance took it: its new owner reads from the commit
+                del self._held_since[tp]
+                continue
             if now - since < RESEEK_AFTER_S:
                 continue
             lowest = min(self._acked[tp], default=base)
@@ -166,7 +170,17 @@ class Consumer(driver.Consumer):
                 continue
             log.warning("offsets %d-%d of %s never acked: fetching again", base, lowest - 1, tp)
             del self._held_since[tp]
-            await self.seek(tp, base)
+            await self._seek_back(tp, base)
+
+    async def _seek_back(self, tp, offset: int) -> None:
+        """Seek `tp` back to `offset` unless a rebalance has taken it meanwhile: aiokafka
+        raises IllegalStateError for a partition not assigned, which here is raised in faust's
+        drain loop and crashes the worker (`rlstream chaos`: a rollout worker, once in 60
+        faults, after a rebalance that revoked a partition holding a hole)."""
+        try:
+            await self.seek(tp, offset)
+        except IllegalStateError:
+            log.info("%s was revoked before it could be fetched again", tp)
 
 
 class Transport(driver.Transport):

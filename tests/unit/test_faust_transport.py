@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.streams import transport
@@ -74,3 +75,40 @@ def test_commits_stop_below_a_message_no_agent_acked(tmp_path, monkeypatch):
         return seen, held
 
     assert asyncio.run(offsets()) == ([1, None, 4, None], True)
+
+
+def test_a_hole_in_a_partition_a_rebalance_took_is_not_sought(tmp_path, monkeypatch):
+    """Seeking a partition no longer assigned raises in faust's drain loop and crashes the
+    worker: a held hole of a revoked partition is forgotten, and a seek that loses the race
+    with a rebalance is let go."""
+    from aiokafka.errors import IllegalStateError
+    from aiokafka.structs import TopicPartition
+
+    monkeypatch.setenv("RLSTREAM_FAUST_DIR", str(tmp_path / "faust"))
+    app = make_app("unit-revoked", Endpoints(kafka_bootstrap="127.0.0.1:9"))
+    kept, taken = TopicPartition("t", 0), TopicPartition("t", 1)
+    sought = []
+
+    async def run():
+        async def noop(*args):
+            return None
+
+        consumer = app.transport.create_consumer(
+            callback=noop, on_partitions_revoked=noop, on_partitions_assigned=noop
+        )
+
+        async def seek(tp, offset):
+            if tp != kept:
+                raise IllegalStateError(f"No current assignment for partition {tp}")
+            sought.append((tp, offset))
+
+        consumer.assignment = lambda: {kept}
+        consumer.seek = seek
+        long_ago = time.monotonic() - 2 * transport.RESEEK_AFTER_S
+        consumer._held_since = {kept: (long_ago, 5), taken: (long_ago, 7)}
+        await consumer._refetch_holes()
+        assert consumer._held_since == {}  # kept was sought back; taken forgotten
+        await consumer._seek_back(taken, 7)  # revoked between a check and the seek: no raise
+
+    asyncio.run(run())
+    assert sought == [(kept, 5)]
