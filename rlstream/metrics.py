@@ -69,6 +69,12 @@ SCHEDULER_PPM_PEARSON = Gauge(
     "Pearson r of the PPM's predictions and pass rates on prompts never rolled out before.",
     ["window"],
 )
+SCHEDULER_SELECT_SECONDS = Counter(
+    "rlstream_scheduler_select_seconds_total",
+    "Time the scheduler spent choosing prompts, by part: features (the PPM re-reading the pool "
+    "under a new policy), fit (the PPM's fit), pick (scoring and picking).",
+    ["part"],
+)
 TRAINER_STEPS = Counter("rlstream_trainer_steps_total", "Updates applied, by phase.", ["phase"])
 TRAINER_IDLE_SECONDS = Counter(
     "rlstream_trainer_idle_seconds_total", "Seconds the trainer waited for experience."

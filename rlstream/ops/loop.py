@@ -478,7 +478,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 "restarts": {c.name: c.restarts for c in sup.children if c.restarts},
                 "wall_s": round(time.monotonic() - started, 1),
             }
-            | ppm_calibration(watcher.view.evals)
+            | scheduler_figures(watcher.view.evals)
         )
         summary |= resource_figures(live.trace, summary.get("checkpoint_sizes", []))
         report = write_report(out, summary, watcher.view)
@@ -565,10 +565,15 @@ def latency(requests: list[dict], experience: list[dict]) -> dict:
     }
 
 
-def ppm_calibration(evals: list[dict]) -> dict:
-    """The scheduler's last live calibration of its PPM on prompts never rolled out before
-    (eval_results rows of task `ppm`), e.g. {"ppm_brier_unseen": 0.12, ...}; {} without."""
-    return {f"ppm_{r['metric']}": round(r["value"], 4) for r in evals if r["task"] == "ppm"}
+def scheduler_figures(evals: list[dict]) -> dict:
+    """The scheduler's last report (eval_results rows): its PPM's live calibration on prompts
+    never rolled out before (task `ppm`) and the time choosing prompts took (task
+    `scheduler`), e.g. {"ppm_brier_unseen": 0.12, "scheduler_select_ms_per_round": 210.0}."""
+    return {
+        f"{r['task']}_{r['metric']}": round(r["value"], 4)
+        for r in evals
+        if r["task"] in ("ppm", "scheduler")
+    }
 
 
 def qdrant_figures(endpoints: Endpoints, cfg: Config) -> dict:

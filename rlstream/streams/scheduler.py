@@ -331,6 +331,7 @@ class Scheduler:
         self.issued_rounds = self.saved_at = issued_rounds
         self.groups = RewardGroups()
         self.calibration = Calibration()
+        self.clock = SelectionClock()
         self.warm = warm
         features = check_features(cfg.selection.ppm_features)
         self.env_state = EnvironmentState(endpoints, cfg.run_id, static_featurizer(features))
@@ -352,6 +353,7 @@ class Scheduler:
         if self.saved is not None:
             sampler.load_state_dict(self.saved["sampler"])
             self.groups.load_state_dict(self.saved)
+            self.clock.load_state_dict(self.saved.get("clock", {}))
             ppm = getattr(sampler, "ppm", None)
             self.fitted_at = ppm.policy_version if ppm is not None else 0
             log.info("restored the sampler state of round %d", self.saved["round"])
@@ -376,6 +378,7 @@ class Scheduler:
             **self.groups.state_dict(),
             "round": self.issued_rounds,
             "pool_keys": self.pool_keys[: len(self.sampler.pool)],
+            "clock": self.clock.state_dict(),
         }
         return to_bytes(state)
 
@@ -403,12 +406,16 @@ class Scheduler:
         ppm = getattr(self.sampler, "ppm", None)
         if ppm is not None:
             if self.follower is not None and self.follower.policy.version != self.featured_version:
-                ppm.refresh_features()
+                with self.clock.part("features"):
+                    ppm.refresh_features()
                 self.featured_version = self.follower.policy.version
             if ppm.policy_version > self.fitted_at:
-                ppm.fit(self.sampler.args.fit_steps)
+                with self.clock.part("fit"):
+                    ppm.fit(self.sampler.args.fit_steps)
                 self.fitted_at = ppm.policy_version
-        picks = self.sampler.select(round_, self.cfg.rl.prompts_per_step)
+        with self.clock.part("pick"):
+            picks = self.sampler.select(round_, self.cfg.rl.prompts_per_step)
+        self.clock.rounds += 1
         if ppm is not None:  # predictions for prompts never rolled out, scored when they are
             self.calibration.predicted(getattr(self.sampler, "last_records", []), ppm.counts)
         return picks
@@ -494,8 +501,14 @@ class Scheduler:
 
     async def report_calibration(self, producer: EventProducer, step: int) -> None:
         """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r),
-        as eval_results rows (task `ppm`: the report, MLflow) and gauges."""
-        rows = []
+        as eval_results rows (task `ppm`: the report, MLflow) and gauges; and what choosing
+        prompts has cost so far (task `scheduler`)."""
+        rows = [
+            {"event_id": make_event_id("select_cost", self.cfg.run_id, self.issued_rounds, k),
+             "step": step, "task": "scheduler", "metric": k, "value": float(v),
+             "n": self.clock.rounds}
+            for k, v in self.clock.figures().items()
+        ]  # fmt: skip
         for window, figures in self.calibration.figures().items():
             metrics.SCHEDULER_PPM_BRIER.labels(window).set(figures["brier"])
             metrics.SCHEDULER_PPM_PEARSON.labels(window).set(figures["pearson_r"])
@@ -541,6 +554,43 @@ class Scheduler:
                 self.calibration.observed(prompt.prompt_id, rewards)
         if done and self.sampler is not None:
             self.sampler.update([p for p, _ in done], [g for _, g in done])
+
+
+class SelectionClock:
+    """Seconds spent choosing prompts, by part (`SCHEDULER_SELECT_SECONDS`), and per round."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.rounds = 0
+
+    @contextlib.contextmanager
+    def part(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            took = time.perf_counter() - started
+            self.seconds[name] = self.seconds.get(name, 0.0) + took
+            metrics.SCHEDULER_SELECT_SECONDS.labels(name).inc(took)
+
+    def figures(self) -> dict[str, float]:
+        """{} before the first round; else the total and per-round milliseconds, by part."""
+        if not self.rounds:
+            return {}
+        total = sum(self.seconds.values())
+        return {"select_s": round(total, 3),
+                "select_ms_per_round": round(1000 * total / self.rounds, 2)} | {
+            f"{name}_ms_per_round": round(1000 * s / self.rounds, 2)
+            for name, s in sorted(self.seconds.items())
+        }  # fmt: skip
+
+    def state_dict(self) -> dict:
+        return {"seconds": dict(self.seconds), "rounds": self.rounds}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A restarted scheduler goes on counting from its snapshot."""
+        self.seconds = dict(state.get("seconds", {}))
+        self.rounds = int(state.get("rounds", 0))
 
 
 class Calibration:

@@ -398,6 +398,10 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     assert 0.0 <= calibration["brier_unseen"]["value"] <= 1.0
     assert calibration["brier_unseen"]["n"] >= 16  # groups of prompts never rolled out before
     assert (out / "loop-it" / "ppm" / "state.pt").exists()  # what --ppm-from starts from
+    # what choosing prompts cost, by part: the policy's features, the fit, the picks
+    cost = figures["scheduler_select_ms_per_round"]
+    parts = [figures[f"scheduler_{p}_ms_per_round"] for p in ("features", "fit", "pick")]
+    assert cost > 0 and cost == pytest.approx(sum(parts), abs=0.05)
 
 
 def test_eval_results_arrive(loop_run):

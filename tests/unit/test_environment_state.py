@@ -6,13 +6,19 @@ neighbourhood reads back what it wrote; another run's collection carries over.""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.faults import FAULTS_DIR
-from rlstream.streams.scheduler import Calibration, EnvironmentState, WarmStartError
+from rlstream.streams.scheduler import (
+    Calibration,
+    EnvironmentState,
+    SelectionClock,
+    WarmStartError,
+)
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.features import CachedFeaturizer, TextFeaturizer
 from rlstream.trainers.selection.neighbours import QdrantNeighbourhood
@@ -114,3 +120,35 @@ def test_live_calibration_scores_first_picks_and_keeps_the_uniform_share_apart()
     assert figures["unseen"]["brier"] == pytest.approx(expected)
     assert figures["unseen"]["pearson_r"] == pytest.approx(1.0)
     assert len(cal.scored["uniform"]) == 1 and not cal.pending
+
+
+def test_the_selection_clock_adds_up_its_parts_per_round():
+    from rlstream import metrics
+
+    def counted(part: str) -> float:
+        return (
+            metrics.REGISTRY.get_sample_value(
+                "rlstream_scheduler_select_seconds_total", {"part": part}
+            )
+            or 0.0
+        )
+
+    clock = SelectionClock()
+    assert clock.figures() == {}  # no round yet
+    before = counted("fit")
+    for _ in range(2):
+        with clock.part("fit"):
+            time.sleep(0.02)
+        with clock.part("pick"):
+            pass
+        clock.rounds += 1
+    figures = clock.figures()
+    assert figures["fit_ms_per_round"] >= 20.0
+    assert figures["select_ms_per_round"] == pytest.approx(
+        figures["fit_ms_per_round"] + figures["pick_ms_per_round"], abs=0.02
+    )
+    assert figures["select_s"] == pytest.approx(2 * figures["select_ms_per_round"] / 1000, abs=1e-3)
+    assert counted("fit") - before == pytest.approx(clock.seconds["fit"])  # the metrics page
+    restarted = SelectionClock()  # a restarted scheduler counts on from its snapshot
+    restarted.load_state_dict(clock.state_dict())
+    assert restarted.figures() == figures
