@@ -912,6 +912,7 @@ def bench_loop(
         "request_to_experience_p99_ms": "request -> experience p99 (ms)",
         "final_accuracy": "held-out greedy accuracy, streamed",
         "stale_dropped": "stale groups dropped",
+        "scheduler_select_ms_per_round": "choosing a step's prompts (ms)",
         "wall_s": "wall s",
     }
     for key, label in keys.items():

@@ -350,10 +350,18 @@ class CheckpointConfig:
     after each)"""
     keep_last: int = 3
     """checkpoints retained"""
+    keep_policies: int = 8
+    """streaming: the newest policy versions kept in the object store (followers load the
+    newest; older ones are deleted as new ones are published, so the store stays bounded)"""
+    keep_policy_every: int = 100
+    """streaming: every N-th policy version is kept for good besides the newest and version 0
+    (`rlstream export --version`, the MLflow registry); 0 keeps none of them"""
 
     def __post_init__(self):
         _at_least("checkpoint", "every", self.every, 1)
         _at_least("checkpoint", "keep_last", self.keep_last, 1)
+        _at_least("checkpoint", "keep_policies", self.keep_policies, 1)
+        _at_least("checkpoint", "keep_policy_every", self.keep_policy_every, 0)
 
 
 @dataclass

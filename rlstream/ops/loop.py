@@ -412,6 +412,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     from rlstream.ops.report import write_report
     from rlstream.ops.run import stack_or_endpoints
     from rlstream.ops.watch import RunWatcher
+    from rlstream.streams.policystore import stored_versions
     from rlstream.trainers.datasets import with_tokenizer
 
     cfg = with_dataset(cfg)
@@ -491,7 +492,9 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                   file=sys.stderr)  # fmt: skip
         if tracker is not None:
             safely(tracker, "log_evals", list(watcher.view.evals))
-            versions = asyncio.run(_run_rows(endpoints, "policy_versions", cfg.run_id))
+            stored = stored_versions(store, cfg.run_id)  # what the pruning kept
+            versions = [r for r in asyncio.run(_run_rows(endpoints, "policy_versions", cfg.run_id))
+                        if r["version"] in stored]  # fmt: skip
             artifacts = [report, out / "curves.png", out / "config.yaml"]
             safely(tracker, "finish", summary, artifacts, versions)
     summary["report"] = str(report)

@@ -47,7 +47,7 @@ from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
 from rlstream.connectors.reading import follow_run, read_rows_where
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
-from rlstream.streams.policystore import publish_policy
+from rlstream.streams.policystore import PolicyPruner, publish_policy
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.datasets import DatasetView, usable
@@ -160,6 +160,8 @@ class StreamTrainer:
     def __init__(self, cfg: Config, endpoints: Endpoints):
         self.cfg, self.endpoints = cfg, endpoints
         self.store = ObjectStore(endpoints)
+        self.pruner = PolicyPruner(self.store, cfg.run_id, cfg.checkpoint.keep_policies,
+                                   cfg.checkpoint.keep_policy_every)  # fmt: skip
         self.ckpts = PrefixStore(self.store, checkpoint_prefix(cfg.run_id))
         self.state = TrainState(cfg, threads=cfg.threads(streaming=True))
         self.val: Corpus | None = None
@@ -286,16 +288,19 @@ class StreamTrainer:
     async def announce(self, producer: EventProducer, phase: str = "rl", upload: bool = True):
         """Publish the current policy version (weights to S3 first unless upload=False, which
         only refreshes the scheduler's demand signal)."""
+        policy = self.state.policy()
         await publish_policy(
             producer,
             self.store,
             self.cfg.run_id,
-            self.state.policy(),
+            policy,
             self.state.rl_step,
             phase,
             int(self.counters["groups_consumed"]),
             upload=upload,
         )
+        if upload:  # the store keeps the newest versions and every keep_policy_every-th
+            await asyncio.to_thread(self.pruner.published, policy.version)
 
     async def load_data(self) -> None:
         """Evaluation prompts and the pre-training corpus from the run's dataset (waiting for

@@ -13,7 +13,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.objectstore import ObjectStore
 from rlstream.ops.loop import _run_rows
+from rlstream.streams.policystore import stored_versions
 from tests.integration.conftest import cli
 
 pytestmark = pytest.mark.integration
@@ -109,6 +111,10 @@ def loop_run(stack_home, tmp_path_factory):
         "--summary",
         str(summary),
         *SMALL,
+        "--set",
+        "checkpoint.keep_policies=2",  # the object store keeps the newest 2 policy versions,
+        "--set",
+        "checkpoint.keep_policy_every=3",  # version 0 and every 3rd
         timeout=900,
     )
     return json.loads(summary.read_text()), out, result
@@ -155,6 +161,12 @@ def test_the_loop_completes_and_reports(loop_run):
     assert {0, STEPS} <= set(sizes) and min(sizes.values()) > 100_000
     assert figures["checkpoint_bytes_end"] == sizes[STEPS]
     assert "| trainer |" in (out / "loop-it" / "report.md").read_text()
+    # the policy versions stored are bounded: every version was announced, the pruned ones
+    # were deleted as newer ones were published
+    announced = {r["version"] for r in _rows("policy_versions")}
+    assert announced == set(range(STEPS + 1))  # version 0 is the pre-trained policy
+    kept = stored_versions(ObjectStore(Endpoints.from_env()), "loop-it")
+    assert set(kept) == {0, 3, STEPS - 1, STEPS}, sorted(kept)
     # Prometheus can scrape the run: one file_sd target per process, where metrics.json says
     served = json.loads((out / "loop-it" / "metrics.json").read_text())
     targets = json.loads((out / "loop-it" / "prometheus-targets.json").read_text())

@@ -73,3 +73,44 @@ def test_checkpoints_round_trip_through_s3_with_retention(endpoints):
     assert latest["step"] == 4 and torch.equal(latest["weights"], torch.full((3,), 4.0))
     names = ObjectStore(endpoints).list(f"{run_id}/")
     assert names == [f"{run_id}/checkpoints/step-0000000{n}.pt" for n in (3, 4)]
+
+
+def test_policy_versions_are_pruned_to_the_newest_and_every_nth(endpoints):
+    """The trainer's pruner against the real S3 server: what an earlier trainer left is found
+    by one listing, the newest two, version 0 and every 3rd stay, a deleted version is gone
+    whole; a follower announced a deleted version waits for a newer one instead of failing."""
+    import asyncio
+
+    from rlstream.streams.policystore import (
+        POLICY_META,
+        PolicyFollower,
+        PolicyPruner,
+        kept,
+        policy_prefix,
+        stored_versions,
+    )
+
+    run_id = f"prune-{time.time_ns()}"
+    store = ObjectStore(endpoints)
+
+    def upload(version: int) -> None:  # the files of a version, rlstream.json last
+        for name in ("config.json", "model.safetensors", POLICY_META):
+            store.put_bytes(policy_prefix(run_id, version) + name, b"{}")
+
+    for version in range(3):  # a trainer killed after version 2: its pruner is gone
+        upload(version)
+    pruner = PolicyPruner(store, run_id, keep=2, every=3)
+    deleted = []
+    for version in range(3, 8):
+        upload(version)
+        deleted += pruner.published(version)
+    assert deleted == [1, 2, 4, 5]
+    assert sorted(stored_versions(store, run_id)) == [0, 3, 6, 7]
+    assert not store.list(policy_prefix(run_id, 4))  # every file of it
+    assert [v for v in range(8) if kept(v, 7, 2, 3)] == [0, 3, 6, 7]
+    assert [v for v in range(8) if kept(v, 7, 2, 0)] == [0, 6, 7]
+
+    follower = PolicyFollower(endpoints, run_id)
+    uri = f"s3://{store.bucket}/{policy_prefix(run_id, 5)}"
+    asyncio.run(follower._load({"version": 5, "checkpoint_uri": uri}))
+    assert follower.policy is None and not follower.ready.is_set()

@@ -150,6 +150,24 @@ def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
             assert set(HEADLINE) <= set(pool["samplers"][name])
         assert 0 <= pool["uniform_zero_variance_share"]["mean"] <= 1
     assert (tmp_path / "out" / "records.parquet").exists()
+    # the saved arms, merged into another directory without running anything
+    merged = tmp_path / "merged.json"
+    args = ["--samplers", "uniform,ppm", "--seeds", "1", "--out", str(tmp_path / "merged")]
+    done = subprocess.run([*cmd[:5], *args, "--merge", str(tmp_path / "out"), "--summary",
+                           str(merged), "--no-progress"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = json.loads(merged.read_text())
+    assert again["merged_from"] == [str(tmp_path / "out")]
+    for name, pool in s["pools"].items():
+        for sampler in ("uniform", "ppm"):
+            expected = pool["samplers"][sampler]["final_accuracy"]
+            assert again["pools"][name]["samplers"][sampler]["final_accuracy"] == expected
+    assert (tmp_path / "merged" / "accuracy_late.png").stat().st_size > 0
+    nothing = subprocess.run([*cmd[:5], "--merge", str(tmp_path / "nowhere")],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert nothing.returncode == 2 and "no saved arms in" in nothing.stderr
+    assert "Traceback" not in nothing.stderr
 
 
 def test_reasoning_gym_task_spec_resolves_to_a_verifiable_family():

@@ -61,11 +61,21 @@ def register(bench_app: typer.Typer) -> None:
         ),
         progress: bool = typer.Option(True, help="progress bar and tables"),
         resume: bool = typer.Option(False, help="reuse arms saved under OUT/arms by a prior run"),
+        merge: list[Path] = typer.Option(
+            None,
+            help="run nothing: rebuild the tables, plots and summary into OUT from the arms "
+            "saved under each DIR/arms (pools or seeds benchmarked in separate processes)",
+        ),
         config: Path = ConfigOpt,
         overrides: list[str] = SetOpt,
     ):
         """Compare prompt samplers (RESEARCH.md's table), mean ± std over seeds, per pool."""
-        from rlstream.trainers.selection.bench import BenchArgs, bench_config, run_bench
+        from rlstream.trainers.selection.bench import (
+            BenchArgs,
+            bench_config,
+            run_bench,
+            summarize_saved,
+        )
         from rlstream.trainers.selection.bench import quick as quick_preset
         from rlstream.trainers.selection.loop import ArmArgs
 
@@ -88,6 +98,16 @@ def register(bench_app: typer.Typer) -> None:
         if quick:
             a = quick_preset(a)
         a = _override(a, locals())
+        if merge:
+            missing = [str(d) for d in merge if not (d / "arms").is_dir()]
+            if missing:
+                raise typer.BadParameter(
+                    f"no saved arms in {', '.join(missing)} (expected DIR/arms/*.json from "
+                    "an earlier `rlstream bench selection --out DIR`)",
+                    param_hint="--merge",
+                )
+            summarize_saved(a, [str(d) for d in merge])
+            return
         run_bench(a)
 
 
