@@ -6,7 +6,7 @@ tokenizer files, rlstream.json) under `<run>/policies/version=NNNNNN/`; its `che
 that prefix. `rlstream export` copies one out; plain `transformers` loads it.
 
 The store keeps the newest `checkpoint.keep_policies` versions, version 0 and every
-`checkpoint.keep_policy_every`-th (`PolicyPruner`): kept whole, a 2,000-step soak of a 0.35M
+`checkpoint.keep_policy_every`-th (`PolicyPruner`): kept whole, 920 soak steps of a 0.35M
 model stored 3 GB of versions, and a follower only ever loads the newest. A follower that was
 announced a version deleted before it loaded skips it for a newer one."""
 
@@ -48,10 +48,15 @@ def stored_versions(store: ObjectStore, run_id: str) -> dict[int, str]:
     return found
 
 
+def kept_for_good(version: int, every: int) -> bool:
+    """Version 0 (the pre-trained policy) and every `every`-th (none when 0)."""
+    return version == 0 or (every > 0 and version % every == 0)
+
+
 def kept(version: int, newest: int, keep: int, every: int) -> bool:
-    """Whether a stored version stays once `newest` is published: the newest `keep`, version
-    0 (the pre-trained policy) and every `every`-th (none when 0)."""
-    return version > newest - keep or version == 0 or (every > 0 and version % every == 0)
+    """Whether a stored version stays once `newest` is published: the newest `keep`, and
+    those kept for good."""
+    return version > newest - keep or kept_for_good(version, every)
 
 
 class PolicyPruner:
@@ -73,7 +78,7 @@ class PolicyPruner:
             # rlstream.json first: a version deleted halfway reads as incomplete, never loaded
             for name in sorted(names, key=lambda n: not n.endswith(POLICY_META)):
                 self.store.delete(name)
-        forever = {v for v in self.pending if v == 0 or (self.every and v % self.every == 0)}
+        forever = {v for v in self.pending if kept_for_good(v, self.every)}
         self.pending -= set(gone) | forever
         return gone
 
