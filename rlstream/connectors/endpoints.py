@@ -58,7 +58,7 @@ class Endpoints:
     s3_bucket: str = "rlstream"
     s3_secure: bool = False
     qdrant_url: str | None = None
-    """A Qdrant server URL; when unset, Qdrant runs in local mode under `qdrant_path`."""
+    """A Qdrant server URL; when unset, Qdrant runs embedded (qdrant-edge) under `qdrant_path`."""
     qdrant_path: str | None = None
     session_timeout_ms: int = 10_000
     """Consumer-group session timeout; the first join on Tansu waits about half of it."""

@@ -1,5 +1,5 @@
 """Failpoints: faults that `rlstream chaos` switches on from outside a process, for a
-dependency it cannot break from outside. Qdrant's local mode runs inside the scheduler process,
+dependency it cannot break from outside. The embedded Qdrant runs inside the scheduler process,
 so "the vector store is unavailable" is a file, `$RLSTREAM_FAULTS_DIR/qdrant`, that makes every
 vector-store call raise as a lost connection to a Qdrant server would. Without the variable
 (every run but a chaos run) nothing is checked."""

@@ -20,7 +20,7 @@ one at a time, each after the loop recovered from the one before:
       the S3 server stopped for `s3_down_s`, then restarted on its ports with its data.
   qdrant-down
       the vector store unavailable for `qdrant_down_s` (a failpoint, `connectors/faults.py`:
-      local-mode Qdrant lives inside the scheduler process).
+      the embedded Qdrant lives inside the scheduler process).
 
 Recovery time is from the fault (the kill; the start of an outage or a freeze) to the next
 trained step after the faulted process works again: its own work counter on its metrics

@@ -581,16 +581,14 @@ def scheduler_figures(evals: list[dict]) -> dict:
 
 def qdrant_figures(endpoints: Endpoints, cfg: Config) -> dict:
     """Prompts with outcome statistics in the run's Qdrant collection (the environment state)."""
-    from rlstream.connectors.vectors import vector_client
+    from rlstream.connectors.vectors import VectorStore
     from rlstream.streams.scheduler import collection_name
 
-    client = vector_client(endpoints)
+    store = VectorStore.open(endpoints, collection_name(cfg.run_id), 0, create=False)
     try:
-        name = collection_name(cfg.run_id)
-        count = client.count(name).count if client.collection_exists(name) else 0
+        return {"qdrant_prompts": store.count() if store.exists() else 0}
     finally:
-        client.close()
-    return {"qdrant_prompts": count}
+        store.close()
 
 
 def collect(endpoints: Endpoints, cfg: Config) -> dict:

@@ -1,5 +1,5 @@
 """The embedded default stack: Tansu (Kafka protocol) and SeaweedFS (S3) as child processes on
-free loopback ports, Qdrant in local mode, all state under one directory.
+free loopback ports, Qdrant embedded (qdrant-edge), all state under one directory.
 
 `up()` starts a detached supervisor process (`python -m rlstream.ops.stack`) that owns the
 servers: they are spawned with a parent-death signal, so a crashed or SIGKILLed supervisor
@@ -8,7 +8,7 @@ thing in-process, for commands such as `rlstream run` that bring the stack up an
 
 Files under the state directory: endpoints.json (what other commands read), stack.json (pids,
 ports, start times), secrets.json (the S3 keys, kept across restarts for durable data), logs/,
-s3/ (SeaweedFS data), qdrant/ (local-mode collections).
+s3/ (SeaweedFS data), qdrant/ (one embedded shard per collection).
 """
 
 from __future__ import annotations

@@ -200,10 +200,11 @@ class EnvironmentState:
     RETRY_S = 5.0
 
     def __init__(self, endpoints: Endpoints, run_id: str, featurize, flush_every: int = 32):
-        from rlstream.connectors.vectors import VectorStore, vector_client
+        from rlstream.connectors.vectors import VectorStore
 
         self.featurize = featurize  # the PPM's prompt vectors (its neighbourhood is read here)
-        self.store = VectorStore(vector_client(endpoints), collection_name(run_id), featurize.dim)
+        self.store = VectorStore.open(endpoints, collection_name(run_id), featurize.dim,
+                                      create=False)  # fmt: skip
         self.ensured = False  # the collection is made at the first flush that reaches the store
         with contextlib.suppress(Exception):  # unavailable: the first flush that reaches it
             self.store.ensure()
@@ -766,11 +767,11 @@ scheduler snapshot and its Qdrant collection (id, vector, payload as JSON)."""
 
 def export_ppm(endpoints: Endpoints, run_id: str, directory: Path) -> bool:
     """Save run `run_id`'s PPM and prompt collection under `directory` (its scheduler has
-    stopped: local-mode Qdrant takes one process); False when it left no PPM snapshot."""
+    stopped: an embedded shard takes one process); False when it left no PPM snapshot."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlstream.connectors.vectors import VectorStore, vector_client
+    from rlstream.connectors.vectors import VectorStore
 
     store, name = ObjectStore(endpoints), state_object(run_id)
     if not store.exists(name):
@@ -780,12 +781,11 @@ def export_ppm(endpoints: Endpoints, run_id: str, directory: Path) -> bool:
         return False
     directory.mkdir(parents=True, exist_ok=True)
     (directory / PPM_EXPORT[0]).write_bytes(to_bytes(ppm))
-    client = vector_client(endpoints)
+    vectors = VectorStore.open(endpoints, collection_name(run_id), 0, create=False)
     try:
-        vectors = VectorStore(client, collection_name(run_id), 0)
         points = vectors.scroll_all() if vectors.exists() else []
     finally:
-        client.close()
+        vectors.close()
     table = pa.table({
         "id": pa.array([p.id for p in points], pa.uint64()),
         "vector": pa.array([list(p.vector) for p in points], pa.list_(pa.float32())),

@@ -203,16 +203,17 @@ def test_no_artifact_of_the_run_holds_the_s3_secret(loop_run):
 
 
 def test_environment_state_is_in_qdrant(loop_run):
-    from rlstream.connectors.vectors import vector_client
+    from rlstream.connectors.vectors import VectorStore
     from rlstream.streams.scheduler import collection_name
 
     figures, _, _ = loop_run
     assert figures["qdrant_prompts"] > 0
-    client = vector_client(Endpoints.from_env())
+    store = VectorStore.open(Endpoints.from_env(), collection_name("loop-it"), 0, create=False)
     try:
-        points, _ = client.scroll(collection_name("loop-it"), limit=50, with_payload=True)
+        points = store.scroll_all()
     finally:
-        client.close()
+        store.close()
+    assert len(points) == figures["qdrant_prompts"]
     for point in points:
         stats = point.payload
         assert stats["attempts"] % G == 0 and 0 <= stats["successes"] <= stats["attempts"]

@@ -1,4 +1,4 @@
-"""The object store against the real SeaweedFS S3 server, and Qdrant in local mode."""
+"""The object store against the real SeaweedFS S3 server, and the embedded Qdrant engine."""
 
 from __future__ import annotations
 
@@ -41,19 +41,34 @@ def test_wrong_credentials_are_refused(endpoints):
         bad.list()
 
 
-def test_qdrant_local_mode_upsert_and_search(endpoints, tmp_path):
+def test_embedded_qdrant_upserts_searches_and_survives_a_sigkill(endpoints, tmp_path):
+    """The embedded stack's vector store: a process that upserted and was SIGKILLed before it
+    closed leaves every point to the next process (the shard's write-ahead log)."""
+    import subprocess
+    import sys
     from dataclasses import replace
 
-    store = VectorStore.open(replace(endpoints, qdrant_path=str(tmp_path / "q")), "prompts", 3)
+    where = replace(endpoints, qdrant_path=str(tmp_path / "q"))
+    writer = f"""
+import os, signal
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.vectors import VectorStore
+store = VectorStore.open(Endpoints(qdrant_path={where.qdrant_path!r}), "prompts", 3)
+store.upsert([1, 2, 2**64 - 1], [[1, 0, 0], [0, 1, 0], [0.9, 0.1, 0]],
+             [{{"task": "add"}}, {{"task": "mul"}}, {{"task": "add"}}])
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    killed = subprocess.run([sys.executable, "-c", writer], capture_output=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr.decode()
+    store = VectorStore.open(where, "prompts", 3)
     try:
-        store.upsert(
-            [1, 2, 3],
-            [[1, 0, 0], [0, 1, 0], [0.9, 0.1, 0]],
-            [{"task": "add"}, {"task": "mul"}, {"task": "add"}],
-        )
-        assert store.count() == 3
+        assert store.exists() and store.count() == 3
         hits = store.search([1, 0, 0], limit=2)
-        assert [h.id for h in hits] == [1, 3] and hits[0].payload == {"task": "add"}
+        assert [h.id for h in hits] == [1, 2**64 - 1] and hits[0].payload == {"task": "add"}
+        assert hits[0].score == pytest.approx(1.0)
+        by_id = {h.id: h for h in store.scroll_all()}
+        assert by_id[2].vector == pytest.approx([0, 1, 0]) and by_id[2].payload == {"task": "mul"}
+        assert not VectorStore.open(where, "absent", 3, create=False).exists()
     finally:
         store.close()
 

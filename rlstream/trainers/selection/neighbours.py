@@ -131,9 +131,9 @@ class QdrantNeighbourhood:
         if store is None:
             from qdrant_client import QdrantClient
 
-            from rlstream.connectors.vectors import VectorStore
+            from rlstream.connectors.vectors import ClientVectorStore
 
-            store = VectorStore(QdrantClient(":memory:"), collection, dim)
+            store = ClientVectorStore(QdrantClient(":memory:"), collection, dim)
             store.ensure()
         self.store = store
         self.mirror = KnnNeighbourhood(k, prior_rate, prior_strength)
