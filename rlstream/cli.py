@@ -162,12 +162,19 @@ def run(
     report with plots locally and to the object store. Ctrl-C stops cleanly."""
     from datetime import UTC, datetime
 
+    from rlstream.config import load_config
+    from rlstream.ops.run import how_to_continue, resumable
+
     if data_only:
         return _run_data_path(out, run_id, summary)
     if resume:
         path = out / resume / "config.json"
         if not path.exists():
             raise typer.BadParameter(f"no run {resume!r} under {out} (missing {path})")
+        if not resumable(load_config(path).loop.durable_stack):
+            raise typer.BadParameter(
+                f"run {resume!r} cannot be resumed: " + how_to_continue(resume, out, False)
+            )
         config, run_id = path, resume
     cfg = trainer_commands.build_config(
         config, overrides, rl__steps=rl_steps, data__tasks=tasks, data__format=fmt,
@@ -182,10 +189,8 @@ def run(
     try:
         figures = _watched_run(cfg, out, timeout_s)
     except KeyboardInterrupt:
-        err.print(
-            f"interrupted: every process of the run stopped; continue it with "
-            f"`rlstream run --resume {cfg.run_id} --out {out}`"
-        )
+        err.print("interrupted: every process of the run stopped; "
+                  + how_to_continue(cfg.run_id, out, cfg.loop.durable_stack))  # fmt: skip
         raise typer.Exit(130) from None
     print_figures(f"run {cfg.run_id}", figures)
     console.print(f"report: [bold]{figures['report']}[/]")

@@ -410,7 +410,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     """Seed, supervise until the trainer is done, collect figures, write the report."""
     from rlstream.connectors.objectstore import ObjectStore
     from rlstream.ops.report import write_report
-    from rlstream.ops.run import stack_or_endpoints
+    from rlstream.ops.run import how_to_continue, stack_or_endpoints
     from rlstream.ops.watch import RunWatcher
     from rlstream.streams.policystore import stored_versions
     from rlstream.trainers.datasets import with_tokenizer
@@ -453,8 +453,8 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             ok = wait_for_trainer(sup, tick, timeout_s)
         except KeyboardInterrupt:
             procs.kill_all_on_next_interrupt(
-                f"interrupted again: killed every process of the run; continue it with "
-                f"`rlstream run --resume {cfg.run_id} --out {out_root}`"
+                "interrupted again: killed every process of the run; "
+                + how_to_continue(cfg.run_id, out_root, cfg.loop.durable_stack)
             )
             safely(tracker, "stopped")
             sup.stop()

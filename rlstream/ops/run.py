@@ -44,12 +44,31 @@ class RunArgs:
     """How many of the run's events to show from the live read-back."""
 
 
+def external_stack() -> bool:
+    """Whether runs use configured endpoints or a running stack, not an embedded one."""
+    return "RLSTREAM_KAFKA_BOOTSTRAP" in os.environ or (state_dir() / ENDPOINTS_FILE).exists()
+
+
+def resumable(durable_stack: bool) -> bool:
+    """Whether a stopped run's topics outlive it: on an external stack, or a durable embedded
+    one (a memory broker's log ends with the run)."""
+    return durable_stack or external_stack()
+
+
+def how_to_continue(run_id: str, out: Path, durable_stack: bool) -> str:
+    """What a stopped run's message tells its user to do next."""
+    if resumable(durable_stack):
+        return f"continue it with `rlstream run --resume {run_id} --out {out}`"
+    return ("its broker log was in memory (loop.durable_stack=false) and ended with it, so it "
+            "cannot be resumed; `--set loop.durable_stack=true` makes a run resumable")  # fmt: skip
+
+
 @contextlib.contextmanager
 def stack_or_endpoints(directory: Path, durable: bool = False) -> Iterator[tuple[Endpoints, bool]]:
     """Endpoints of a configured or running stack, else an embedded stack in `directory` for
     this block (`durable`: the broker's log in its S3 server, there again when the same
     directory is used again)."""
-    if "RLSTREAM_KAFKA_BOOTSTRAP" in os.environ or (state_dir() / ENDPOINTS_FILE).exists():
+    if external_stack():
         yield Endpoints.from_env(), False
         return
     from rlstream.ops.stack import EmbeddedStack

@@ -42,6 +42,26 @@ def test_bad_run_settings_are_one_line_errors(tmp_path):
         assert "Traceback" not in result.stderr
 
 
+def test_a_run_whose_broker_log_was_in_memory_is_not_resumed_and_says_why(tmp_path):
+    # the embedded stack's broker keeps its log in memory by default: it ends with the run
+    import os
+    import subprocess
+    import sys
+
+    from rlstream.config import Config
+    from rlstream.connectors.endpoints import ENDPOINT_VARIABLES
+
+    env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARIABLES}
+    env["RLSTREAM_HOME"] = str(tmp_path / "home")  # no running stack: an embedded one
+    (tmp_path / "mem").mkdir()
+    Config(run_id="mem").write(tmp_path / "mem" / "config.json")
+    args = [sys.executable, "-m", "rlstream.cli", "run", "--resume", "mem", "--out", str(tmp_path)]
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "run 'mem' cannot be resumed" in result.stderr
+    assert "--set loop.durable_stack=true" in result.stderr
+
+
 def test_unreachable_broker_is_a_one_line_error(tmp_path):
     lines = tmp_path / "p.jsonl"
     lines.write_text('{"prompt_id": "a", "text": "t", "task": "x"}\n')

@@ -543,11 +543,11 @@ def test_ctrl_c_stops_the_run_its_children_and_its_embedded_stack_and_resume_fin
     tmp_path,
 ):
     """The README's main command's path: `rlstream run` with no stack running starts its own
-    (durable: the broker's log in the stack's S3 server). SIGINT to the run's process group, as
-    a terminal's Ctrl-C sends it: the run exits with 130 and leaves no process behind, neither
-    of the loop nor of the stack (children are stopped together). `--resume` starts the stack
-    again on the same directory, finds the run's topics and offsets there, and continues from
-    the last checkpoint to the end, training nothing twice."""
+    (here durable, `loop.durable_stack`: the broker's log in the stack's S3 server). SIGINT to
+    the run's process group, as a terminal's Ctrl-C sends it: the run exits with 130 and leaves
+    no process behind, neither of the loop nor of the stack (children are stopped together).
+    `--resume` starts the stack again on the same directory, finds the run's topics and offsets
+    there, and continues from the last checkpoint to the end, training nothing twice."""
     import os
     import signal
     import subprocess
@@ -563,7 +563,8 @@ def test_ctrl_c_stops_the_run_its_children_and_its_embedded_stack_and_resume_fin
     env |= {"RLSTREAM_HOME": str(tmp_path / "home"), "RLSTREAM_SESSION_TIMEOUT_MS": "6000"}
     run_id, steps = "loop-ctrl-c", 8
     args = [sys.executable, "-m", "rlstream.cli", "run", "--rl-steps", str(steps), "--run-id",
-            run_id, "--out", str(tmp_path), *SMALL, "--set", "checkpoint.every=2"]  # fmt: skip
+            run_id, "--out", str(tmp_path), *SMALL, "--set", "checkpoint.every=2",
+            "--set", "loop.durable_stack=true"]  # fmt: skip
     run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            start_new_session=True, env=env)  # fmt: skip
     live = Live(tmp_path / run_id / "live.json")
