@@ -197,7 +197,7 @@ class EdgeVectorStore(VectorStore):
         requests = [
             qe.QueryRequest(
                 limit=limit, query=qe.Query.Nearest(list(map(float, v))), with_payload=True
-            )  # fmt: skip
+            )
             for v in vectors
         ]
         found = shard.query_batch(qe.QueryBatchRequest(requests))
