@@ -451,6 +451,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
 
         try:
             ok = wait_for_trainer(sup, tick, timeout_s)
+            sampled_at = time.monotonic() + 2.5  # one more throughput sample after the last events
         except KeyboardInterrupt:
             procs.kill_all_on_next_interrupt(
                 "interrupted again: killed every process of the run; "
@@ -464,7 +465,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             sup.stop()
             if scraped is not None:
                 scraped.unlink(missing_ok=True)
-        time.sleep(2.5)  # one more throughput sample after the last events
+        time.sleep(max(0.0, sampled_at - time.monotonic()))  # while the children stop
         watcher.stop()
         if cfg.selection.sampler == "ppm":  # what a later run's --ppm-from starts from
             safely_export_ppm(endpoints, cfg.run_id, out / "ppm")

@@ -25,6 +25,7 @@ from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.connectors.reading import follow_run
 from rlstream.schemas import get, rows_to_batch
+from rlstream.trainers.lm import quiet_transformers
 from rlstream.trainers.policy import POLICY_META, Policy, load_policy, save_policy
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,13 @@ def download_policy(store: ObjectStore, uri: str, directory: str | Path) -> Path
     return Path(directory)
 
 
+def preload() -> None:
+    """Import what `load_policy` imports on first use."""
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+    quiet_transformers()
+
+
 def fetch_policy(store: ObjectStore, uri: str, device: str = "cpu") -> Policy:
     with tempfile.TemporaryDirectory() as d:
         return load_policy(download_policy(store, uri, d), device)
@@ -152,7 +160,10 @@ class PolicyFollower:
         self.loads = 0
 
     async def run(self) -> None:
-        """Follow rl.policy_versions.v1 from the beginning; load only the newest of each poll."""
+        """Follow rl.policy_versions.v1 from the beginning; load only the newest of each poll.
+        The loading code is imported first: the first version is announced when RL starts, and
+        importing transformers' auto classes then (~4 s of CPU) delayed the first rollouts."""
+        await asyncio.to_thread(preload)
         async for found in follow_run(self.endpoints, [POLICY_VERSIONS.topic], self.run_id):
             rows = found.get(POLICY_VERSIONS.name, [])
             newest = max(rows, key=lambda r: r["version"], default=None)

@@ -439,10 +439,11 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
     cfg, st, counters = trainer.cfg, trainer.state, trainer.counters
     dead = DeadLetters(producer, consumer_name=cfg.group("trainer"), run_id=cfg.run_id)
     c = consumer(trainer.endpoints, EXPERIENCE.topic, group_id=cfg.group("trainer"))
-    await c.start()
+    # the announcement starts the rollouts; joining the group takes ~3 s on this broker, and
+    # experience that arrives meanwhile waits in the topic (the group starts at the earliest)
+    await asyncio.gather(c.start(), trainer.announce(producer))
     fed_back = asyncio.create_task(follow_fed_back(trainer)) if cfg.rl.hybrid else None
     try:
-        await trainer.announce(producer)
         started = last_signal = time.monotonic()
         filtered_announced = counters["filtered_groups"]
         while st.rl_step < cfg.rl.steps:
