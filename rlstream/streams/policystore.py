@@ -25,7 +25,7 @@ from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.connectors.reading import follow_run
 from rlstream.schemas import get, rows_to_batch
-from rlstream.trainers.lm import quiet_transformers
+from rlstream.trainers.lm import prepare_transformers
 from rlstream.trainers.policy import POLICY_META, Policy, load_policy, save_policy
 
 log = logging.getLogger(__name__)
@@ -107,9 +107,8 @@ def download_policy(store: ObjectStore, uri: str, directory: str | Path) -> Path
 
 def preload() -> None:
     """Import what `load_policy` imports on first use."""
+    prepare_transformers()
     from transformers import AutoModelForCausalLM  # noqa: F401
-
-    quiet_transformers()
 
 
 def fetch_policy(store: ObjectStore, uri: str, device: str = "cpu") -> Policy:

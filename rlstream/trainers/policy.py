@@ -27,7 +27,7 @@ from rlstream.trainers.lm import (
     build_model,
     load_tokenizer,
     merged,
-    quiet_transformers,
+    prepare_transformers,
 )
 from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
 from rlstream.trainers.rl import Experience
@@ -107,7 +107,7 @@ def save_policy(policy: Policy, directory: str | Path) -> Path:
     files) that `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained` load with no rlstream
     code, plus rlstream.json. LoRA adapters are merged in; the value head is the trainer's, not
     part of a policy version."""
-    quiet_transformers()
+    prepare_transformers()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     merged(policy.model.lm).save_pretrained(directory, safe_serialization=True)
@@ -118,9 +118,9 @@ def save_policy(policy: Policy, directory: str | Path) -> Path:
 
 
 def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
+    prepare_transformers()
     from transformers import AutoModelForCausalLM
 
-    quiet_transformers()
     directory = Path(directory)
     meta = json.loads((directory / POLICY_META).read_text())
     lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
