@@ -10,7 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlstream.config import with_values
-from rlstream.trainers.selection.bench import BenchArgs, bench_config, run_bench, summarize_saved
+from rlstream.trainers.selection.bench import (
+    BenchArgs,
+    bench_config,
+    floors,
+    run_bench,
+    summarize_saved,
+)
 from rlstream.trainers.selection.loop import ArmArgs
 
 TINY_TRAIN = with_values(
@@ -94,6 +100,44 @@ def test_bench_records_invariants(tmp_path, cache_dir):
         again["pools"]["default"]["samplers"]["ppm"]["final_accuracy"]
         == (pool["samplers"]["ppm"]["final_accuracy"])
     )  # the per-arm JSON holds everything the figures need
+
+
+def test_floors_are_the_issues_bars_and_compare_against_greso():
+    ms = lambda v: {"mean": v, "std": 0.01, "n": 3}  # noqa: E731
+
+    def arm(speedup, steps, rollouts, wasted, acc, fam, r=None, saved=None):
+        return {
+            "step_speedup_vs_uniform": ms(speedup), "steps_to_target": ms(steps),
+            "rollouts_to_target": ms(rollouts), "wasted_rollout_share": ms(wasted),
+            "final_accuracy": ms(acc), "family_change_vs_uniform": fam,
+            "rollout_reduction_vs_dapo": ms(0.45), "ppm_pearson_r": ms(r),
+        } | ({"allocation": {"compute_saved": ms(saved)}} if saved is not None else {})  # fmt: skip
+
+    pool = {
+        "samplers": {
+            "uniform": arm(1.0, 20, 5000, 0.4, 0.80, {"add": 0.0}),
+            "greso": arm(1.5, 13.3, 3400, 0.3, 0.80, {"add": 0.0}),
+            "ppm": arm(1.4, 14.3, 3200, 0.19, 0.795, {"add": -0.031}, r=0.72, saved=0.2),
+        }
+    }
+    f = floors(pool)
+    met = {k: v["met"] for k, v in f.items()}
+    assert met == {
+        "step_speedup_vs_uniform": True,  # 1.4 >= 1.3
+        "rollout_reduction_vs_dapo": True,  # 0.45 >= 0.40
+        "wasted_share_vs_uniform": True,  # 0.475 <= 0.5
+        "ppm_pearson_r": True,
+        "final_accuracy_vs_uniform": True,  # -0.005 within the pooled std 0.01
+        "worst_family_vs_uniform": False,  # 3.1 points below
+        "allocation_compute_saved": False,  # 20% < 25%
+        "step_speedup_vs_greso": False,  # 13.3 / 14.3 steps
+        "rollout_reduction_vs_greso": True,  # 3,200 vs 3,400 rollouts
+    }
+    assert abs(f["step_speedup_vs_greso"]["value"] - 13.3 / 14.3) < 1e-9
+    pool["samplers"]["ppm"]["steps_to_target"] = ms(None)  # never reached the target
+    pool["samplers"]["ppm"]["step_speedup_vs_uniform"] = ms(None)
+    f = floors(pool)
+    assert f["step_speedup_vs_greso"]["met"] is None and f["step_speedup_vs_uniform"]["met"] is None
 
 
 def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
