@@ -225,20 +225,24 @@ def test_a_raising_or_hanging_reward_function_is_dead_lettered_and_the_loop_goes
     assert figures["completed"] and figures["rl_steps"] == STEPS
     endpoints = Endpoints.from_env()
     requests = asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))
-    failing = {
-        r["request_id"] for r in requests if r["prompt_id"].split("-")[0] in ("boom", "stall")
+    kind = {
+        r["request_id"]: r["prompt_id"].split("-")[0]
+        for r in requests
+        if r["prompt_id"].split("-")[0] in ("boom", "stall")
     }
     rewards = asyncio.run(_run_rows(endpoints, "rewards", RUN))
-    failed = failing & {r["request_id"] for r in rewards}  # scored before the run ended
+    failed = set(kind) & {r["request_id"] for r in rewards}  # scored before the run ended
     zeroed = {
         r["request_id"] for r in rewards if (r["details"] or "").startswith("verifier failed")
     }
     assert failed and zeroed == failed
     letters = asyncio.run(_run_rows(endpoints, "dead_letters", RUN))
     reasons = [r["reason"] for r in letters if r["error_kind"] == "verifier_failed"]
-    assert all(any(request in reason for reason in reasons) for request in failed)
-    assert any("the grader's service is down" in r for r in reasons)
-    assert any("timed out after 2 s" in r for r in reasons)
+    # each failed request is dead-lettered with its own cause (which kinds were scored before
+    # the run ended depends on timing: one CI run scored only hanging ones)
+    why = {"boom": "the grader's service is down", "stall": "timed out after 2 s"}
+    for request in failed:
+        assert any(request in r and why[kind[request]] in r for r in reasons), request
     # the verifier column travels with the prompt: rollouts of the math prompts carry it
     rollouts = asyncio.run(_run_rows(endpoints, "rollouts", RUN))
     math = {r["verifier"] for r in rollouts if r["prompt_id"].startswith("half-")}
