@@ -193,7 +193,15 @@ def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
         for name in ("uniform", "ppm"):
             assert set(HEADLINE) <= set(pool["samplers"][name])
         assert 0 <= pool["uniform_zero_variance_share"]["mean"] <= 1
+        ppm = pool["samplers"]["ppm"]
+        # test-time allocation under the sampler's posterior, the point rule beside it
+        assert ppm["allocation"]["compute_saved"]["n"] == 1
+        assert ppm["allocation_point"]["compute_saved"]["n"] == 1
+        assert ppm["ppm_pearson_r_within_family"]["n"] <= 1  # undefined if predictions are flat
     assert (tmp_path / "out" / "records.parquet").exists()
+    arm = json.loads((tmp_path / "out" / "arms" / "default_ppm_0.json").read_text())
+    assert arm["allocation"]["strength"] > 0
+    assert len(arm["allocation"]["task"]) == len(arm["allocation"]["pred"]) == 32
     # the saved arms, merged into another directory without running anything
     merged = tmp_path / "merged.json"
     args = ["--samplers", "uniform,ppm", "--seeds", "1", "--out", str(tmp_path / "merged")]

@@ -233,10 +233,13 @@ def ppm_figures(results: list, a: BenchArgs) -> dict:
     cal = [calibration(*np.array(r.calibration).T) for r in results if r.calibration]
     if not cal:
         return {"ppm_pearson_r": M.mean_std([]), "ppm_brier": M.mean_std([])}
-    allocs, int8 = [], []
+    allocs, point, int8 = [], [], []
     for r in results:
         pred, obs = np.array(r.allocation["pred"]), np.array(r.allocation["observed"])
-        allocs.append(compare_allocations(pred, obs, a.alloc_samples * len(pred)))
+        budget = a.alloc_samples * len(pred)
+        # the sampler's own uncertainty (arms saved before it was kept: the point rule)
+        allocs.append(compare_allocations(pred, obs, budget, r.allocation.get("strength")))
+        point.append(compare_allocations(pred, obs, budget))
         if "pred_int8" in r.allocation:  # arms saved before INT8 was measured have none
             q = np.array(r.allocation["pred_int8"])
             int8.append(
@@ -252,10 +255,26 @@ def ppm_figures(results: list, a: BenchArgs) -> dict:
         "ppm_brier": M.mean_std([c["brier"] for c in cal]),
         "ppm_calibration_prompts": int(sum(c["n_prompts"] for c in cal)),
         "allocation": {k: M.mean_std([x[k] for x in allocs]) for k in allocs[0]},
+        "allocation_point": {k: M.mean_std([x[k] for x in point]) for k in point[0]},
+        "ppm_pearson_r_within_family": M.mean_std(
+            [within_family_r(r.allocation) for r in results if "task" in r.allocation]
+        ),
     }
     if int8:
         out["int8_scoring"] = {k: M.mean_std([x[k] for x in int8]) for k in int8[0]}
     return out
+
+
+def within_family_r(alloc: dict) -> float:
+    """Pearson r of the final held-out predictions within each task family (the families'
+    means removed from both), the discrimination family labels alone cannot give."""
+    pred, obs = np.array(alloc["pred"]), np.array(alloc["observed"])
+    task = np.array(alloc["task"])
+    for t in np.unique(task):
+        m = task == t
+        pred[m] -= pred[m].mean()
+        obs[m] -= obs[m].mean()
+    return pearson_r(pred, obs)
 
 
 # Issue 13's floors for the reference-free PPM (the GPS paper's figures are the bar to beat)

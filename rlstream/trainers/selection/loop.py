@@ -101,7 +101,6 @@ def run_arm(
     state = TrainState(cfg, policy=policy_from_bytes(blob))
     state.start_rl()
     sampler = build_sampler(cfg, pool, state.policy, name=sampler_name, ppm_args=a.ppm)
-    ppm = getattr(sampler, "ppm", None)
     res = ArmResult(sampler_name, seed, [])
     ev, _ = evaluate_heldout(state.policy(), eval_set, 0, cfg, seed)
     res.rows.append({"step": 0, "rollouts": 0, "wasted": 0, "trained_rollouts": 0} | ev)
@@ -129,7 +128,7 @@ def run_arm(
         }
         last = step + 1 == steps
         if (step + 1) % a.eval_every == 0 or last:
-            row |= _evaluate_step(state.policy(), ppm, eval_set, cfg, a, step + 1, seed, last, res)
+            row |= _evaluate_step(state.policy(), sampler, eval_set, cfg, a, step + 1, seed, last, res)
         res.rows.append(row)
         if on_step is not None:
             on_step(row)
@@ -137,12 +136,12 @@ def run_arm(
     return res
 
 
-def _evaluate_step(policy, ppm, eval_set, cfg: Config, a: ArmArgs, step, seed, last, res):
+def _evaluate_step(policy, sampler, eval_set, cfg: Config, a: ArmArgs, step, seed, last, res):
     """Held-out figures after `step` updates; for the PPM arm, its predictions made before
     these samples exist (calibration pairs) and, at the last step, the allocation inputs."""
     k = a.final_eval_samples if last else cfg.eval.samples
     k = k if last or step % a.pass1_every == 0 else 0
-    pred = None
+    ppm, pred = getattr(sampler, "ppm", None), None
     if ppm is not None and k:
         with threads(1):
             pred = ppm.predict(eval_set)
@@ -152,6 +151,12 @@ def _evaluate_step(policy, ppm, eval_set, cfg: Config, a: ArmArgs, step, seed, l
         if last:
             with threads(1):
                 int8 = ppm.predict(eval_set, int8=True)
-            res.allocation = {"pred": pred.tolist(), "pred_int8": int8.tolist(),
-                              "observed": rates.tolist(), "k": k}  # fmt: skip
+            res.allocation = {
+                "pred": pred.tolist(),
+                "pred_int8": int8.tolist(),
+                "observed": rates.tolist(),
+                "k": k,
+                "strength": sampler.prior_strength(),  # the predictions' worth in rollouts
+                "task": [p.task for p in eval_set],
+            }
     return ev

@@ -215,13 +215,21 @@ def print_tables(summary: dict, seeds: int) -> None:
         con.print(family_table(name, fig))
         if fig["floors"]:
             con.print(floors_table(name, fig))
-        al = fig["samplers"].get("ppm", {}).get("allocation")
+        ppm = fig["samplers"].get("ppm", {})
+        al, pt = ppm.get("allocation"), ppm.get("allocation_point")
         if al:
             con.print(
                 f"test-time allocation ({name}, held-out prompts, real PPM, equal budget): "
-                f"uniform {_ms(al['uniform_accuracy'], pct=True)}, PPM-guided "
+                f"uniform {_ms(al['uniform_accuracy'], pct=True)}, PPM-guided (its posterior) "
                 f"{_ms(al['guided_accuracy'], pct=True)}; compute saved at uniform's accuracy "
                 f"{_ms(al['compute_saved'], pct=True)}"
+                + (f" (point predictions: {_ms(pt['compute_saved'], pct=True)})" if pt else "")
+            )
+        wr = ppm.get("ppm_pearson_r_within_family")
+        if wr and wr.get("n"):
+            con.print(
+                f"PPM Pearson r within task families ({name}, final held-out predictions, "
+                f"families' means removed): {_ms(wr)}"
             )
         q = fig["samplers"].get("ppm", {}).get("int8_scoring")
         if q:
