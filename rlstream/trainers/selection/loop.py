@@ -128,7 +128,9 @@ def run_arm(
         }
         last = step + 1 == steps
         if (step + 1) % a.eval_every == 0 or last:
-            row |= _evaluate_step(state.policy(), sampler, eval_set, cfg, a, step + 1, seed, last, res)
+            row |= _evaluate_step(
+                state.policy(), sampler, eval_set, cfg, a, step + 1, seed, last, res
+            )
         res.rows.append(row)
         if on_step is not None:
             on_step(row)
