@@ -303,10 +303,16 @@ class SelectionConfig:
     ppm_from: str = ""
     """a run id of this stack whose PPM (scheduler snapshot) and prompt collection (Qdrant)
     warm-start this run's predictor (`rlstream run --ppm-from RUN_ID`)"""
+    ppm_candidates: int = 128
+    """prompts the ppm sampler scores for each batch it picks (at least the batch): more
+    find more informative prompts when few are left, at the cost of scoring them (policy
+    features read the policy once per candidate)"""
 
     def __post_init__(self):
         from rlstream.trainers.selection.policy_features import PPM_FEATURES, check_features
         from rlstream.trainers.selection.registry import loop_samplers
+
+        _at_least("selection", "ppm_candidates", self.ppm_candidates, 1)
 
         if self.sampler == "dapo":
             raise ConfigError(

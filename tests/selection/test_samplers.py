@@ -229,3 +229,19 @@ def test_selection_records_build_a_prompt_scores_batch(name):
 def test_args_reject_bad_settings_and_say_why(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_build_sampler_takes_the_candidate_pool_from_the_config():
+    from rlstream.config import Config, ConfigError, with_values
+    from rlstream.trainers.selection.policy_features import tuned_args
+    from rlstream.trainers.selection.registry import build_sampler
+
+    pool = synthetic_pool(20)
+    cfg = with_values(Config(), **{"selection.ppm_features": "text"})
+    assert build_sampler(cfg, pool, None).args.candidate_pool == 128
+    big = with_values(cfg, **{"selection.ppm_candidates": 512})
+    # explicit sampler settings (the bench's, the scheduler's) keep their other fields
+    s = build_sampler(big, pool, None, ppm_args=tuned_args())
+    assert s.args.candidate_pool == 512 and s.args.hard_tilt == tuned_args().hard_tilt
+    with pytest.raises(ConfigError, match="selection.ppm_candidates"):
+        with_values(Config(), **{"selection.ppm_candidates": 0})

@@ -7,6 +7,7 @@ Config, the PPM sampler's policy featurizers included.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rlstream.registry import Registry
@@ -73,7 +74,8 @@ def build_sampler(
         sampler = make_selection_sampler(base, pool, cfg.seed)
         sampler.reads_policy = False
         return sampler
-    sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, ppm_args or tuned_args(),
+    args = replace(ppm_args or tuned_args(), candidate_pool=cfg.selection.ppm_candidates)
+    sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder)  # fmt: skip
     sampler.reads_policy = reads_policy(features)
