@@ -293,13 +293,14 @@ class SelectionConfig:
     sampler: str = "ppm"
     """prompt sampler: ppm (predictive, reads the policy), uniform, greso, mopps (for DAPO's
     dynamic sampling set rl.filter_zero_variance=true with any of them)"""
-    ppm_features: str = "minilm,hidden"
+    ppm_features: str = "auto"
     """what the ppm sampler's predictive model reads besides the shared history (attempts,
     successes, version gap, neighbourhood pass rates), comma-separated: minilm (a sentence
     embedding of the prompt), text (char n-grams), hidden (the policy's last hidden state at
-    the prompt), confidence (its probability of its own greedy answer) — none reads an
-    answer — or reference (its probability of the reference answer: a labelled variant).
-    The default was the best reference-free pair on the selection bench (README)"""
+    the prompt), confidence (its probability of its own greedy answer, one greedy decode) —
+    none reads an answer — or reference (its probability of the reference answer: a labelled
+    variant). auto: confidence on chain-of-thought data (data.format cot), minilm,hidden on
+    direct answers: the best reference-free sets the selection bench measured there (README)"""
     ppm_from: str = ""
     """a run id of this stack whose PPM (scheduler snapshot) and prompt collection (Qdrant)
     warm-start this run's predictor (`rlstream run --ppm-from RUN_ID`)"""
@@ -321,11 +322,12 @@ class SelectionConfig:
             )
         _choice("selection", "sampler", self.sampler, loop_samplers())
         try:
-            check_features(self.ppm_features)
+            if self.ppm_features != "auto":
+                check_features(self.ppm_features)
         except ValueError:
             raise ConfigError(
-                f"selection.ppm_features: {self.ppm_features!r}; comma-separated from "
-                f"{', '.join(PPM_FEATURES)}"
+                f"selection.ppm_features: {self.ppm_features!r}; auto, or comma-separated "
+                f"from {', '.join(PPM_FEATURES)}"
             ) from None
         if self.ppm_from and self.sampler != "ppm":
             raise ConfigError(
@@ -432,6 +434,13 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def ppm_feature_spec(self) -> str:
+        """selection.ppm_features, `auto` resolved by the data's answer format."""
+        from rlstream.trainers.selection.policy_features import AUTO_FEATURES
+
+        spec = self.selection.ppm_features
+        return AUTO_FEATURES[self.data.format] if spec == "auto" else spec
 
     def group(self, role: str) -> str:
         """The consumer group (faust app id) of a role in this run."""

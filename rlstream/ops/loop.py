@@ -608,7 +608,9 @@ def collect(endpoints: Endpoints, cfg: Config) -> dict:
     prompts = asyncio.run(
         read_rows_where(endpoints, PROMPTS.topic, lambda r: r["dataset"] == cfg.data.dataset)
     )
-    figures = {"run_id": cfg.run_id, "sampler": cfg.selection.sampler, **trainer}
+    ppm = cfg.selection.sampler == "ppm"
+    figures = {"run_id": cfg.run_id, "sampler": cfg.selection.sampler,
+               "ppm_features": cfg.ppm_feature_spec() if ppm else None, **trainer}  # fmt: skip
     figures |= {
         "experience_published": len(published_ids),
         "experience_messages_redelivered": len(published) - len(published_ids),

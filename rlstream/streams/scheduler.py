@@ -334,7 +334,7 @@ class Scheduler:
         self.calibration = Calibration()
         self.clock = SelectionClock()
         self.warm = warm
-        features = check_features(cfg.selection.ppm_features)
+        features = check_features(cfg.ppm_feature_spec())
         self.env_state = EnvironmentState(endpoints, cfg.run_id, static_featurizer(features))
         if cfg.selection.sampler == "ppm" and reads_policy(features):
             self.follower = PolicyFollower(endpoints, cfg.run_id, role="scheduler")
@@ -406,8 +406,9 @@ class Scheduler:
             await self.follower.ready.wait()
             await embedded
             self.set_sampler(await asyncio.to_thread(self.make_sampler))
-            log.info("the sampler is ready: %d prompts, policy version %d", len(self.pool),
-                     self.follower.policy.version)  # fmt: skip
+            log.info("the sampler is ready: %d prompts, policy version %d, PPM features %s",
+                     len(self.pool), self.follower.policy.version,
+                     self.cfg.ppm_feature_spec())  # fmt: skip
 
     def select(self, round_: int) -> list[Prompt]:
         """The sampler's picks. The PPM sampler first re-featurizes if a newer policy arrived

@@ -33,6 +33,7 @@ def make_summary(run, final: dict, wall_s: float) -> dict:
         "bad_rows": {source: rows[:20] for source, rows in run.bad_rows.items()},
         "algo": run.cfg.rl.algo,
         "sampler": run.cfg.selection.sampler,
+        "ppm_features": run.cfg.ppm_feature_spec() if run.cfg.selection.sampler == "ppm" else None,
         "params": st.model.num_params(),
         "trainable_params": st.model.num_params(trainable=True),
         "pretrain_steps": pe.get("steps"),

@@ -256,7 +256,8 @@ def test_policy_versions_advance_and_both_workers_use_them(loop_run):
 
 def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home, tmp_path):
     # DAPO's dynamic sampling, streamed: dropped groups count as consumed and get refilled;
-    # on chain-of-thought prompts, whose rewards come from the final <answer> tag alone
+    # on chain-of-thought prompts, whose rewards come from the final <answer> tag alone, with
+    # the PPM sampler (the filter works under any)
     from rlstream.trainers.envs import Prompt, verify
 
     summary = tmp_path / "summary.json"
@@ -266,7 +267,7 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
         "--rl-steps",
         str(STEPS),
         "--sampler",
-        "uniform",
+        "ppm",
         "--run-id",
         "loop-filter",
         "--out",
@@ -299,6 +300,10 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
         prompt = Prompt(q["prompt_id"], q["text"], q["task"], 0, q["answer"], q["verifier"])
         assert r["correct"] == verify(completions[(r["request_id"], r["sample_idx"])], prompt)
     assert figures["completed"] and figures["rl_steps"] == STEPS
+    # on chain-of-thought data the default PPM reads the policy's greedy solution's confidence
+    assert figures["ppm_features"] == "confidence"
+    log = (tmp_path / "loop-filter" / "logs" / "scheduler.log").read_text()
+    assert "PPM features confidence" in log and "loaded policy version" in log
     # this barely pre-trained policy gets most prompts all wrong: the filter drops groups, up
     # to its cap of 2 rounds x P per batch, and then lets zero-variance groups fill the batch
     assert 0 < figures["filtered_groups"] <= STEPS * 2 * P
@@ -404,6 +409,8 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     reads = re.search(r"PPM neighbourhood: (\d+) reads from Qdrant, (\d+) from memory", log)
     assert reads and int(reads[1]) > 0 and reads[2] == "0"  # read back from the collection
     assert 0.0 <= figures["zero_variance_share"] <= 1.0 and figures["sampler"] == "ppm"
+    assert figures["ppm_features"] == "minilm,hidden"  # `auto` on direct answers
+    assert "PPM features minilm,hidden" in log
     calibration = {r["metric"]: r for r in _rows("eval_results") if r["task"] == "ppm"}
     assert {"brier_unseen", "pearson_r_unseen"} <= set(calibration)  # measured live
     assert set(calibration) <= {f"{k}_{w}" for k in ("brier", "pearson_r")

@@ -63,6 +63,18 @@ def test_arm_names_pick_the_ppm_featurizers():
         load_config(None, ["selection.ppm_features=pixels"])
 
 
+def test_auto_features_follow_the_answer_format():
+    # `auto` stays in the config (a later --format changes what it means) and resolves at use
+    direct = load_config(None, [])
+    cot = load_config(None, ["data.format=cot", "model.block_size=96"])
+    assert direct.selection.ppm_features == cot.selection.ppm_features == "auto"
+    assert arm_spec("ppm", direct) == ("ppm", ["minilm", "hidden"])
+    assert arm_spec("ppm", cot) == ("ppm", ["confidence"])
+    assert arm_spec("ppm:hidden", cot) == ("ppm", ["hidden"])  # a named arm keeps its own
+    pinned = load_config(None, ["data.format=cot", "selection.ppm_features=minilm,hidden"])
+    assert arm_spec("ppm", pinned) == ("ppm", ["minilm", "hidden"])
+
+
 def test_bench_args_write_steps_and_task_into_the_shared_config():
     b = BenchArgs(samplers="uniform,ppm", steps=7, task="add")
     assert b.train.rl.steps == 7 and b.train.data.tasks == "add"

@@ -53,8 +53,8 @@ class ArmArgs:
 
 def arm_spec(name: str, cfg: Config) -> tuple[str, list[str]]:
     """An arm's sampler and PPM featurizers: 'ppm:confidence' -> ('ppm', ['confidence']);
-    a plain name takes cfg.selection.ppm_features."""
-    return split_arm(name, cfg.selection.ppm_features)
+    a plain name takes cfg.ppm_feature_spec()."""
+    return split_arm(name, cfg.ppm_feature_spec())
 
 
 @dataclass

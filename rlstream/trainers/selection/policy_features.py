@@ -1,7 +1,8 @@
 """The PPM's featurizers and the PPM sampler, shared by the selection bench (one policy,
 trained in place), the in-process loop and the streaming scheduler (the newest policy).
 
-Reference-free (the default is `minilm,hidden`): nothing reads an answer.
+Reference-free (the default, `auto`, is `AUTO_FEATURES` by answer format): nothing reads an
+answer.
 - `minilm`: all-MiniLM-L6-v2 sentence embedding of the prompt text (computed once per prompt);
 - `text`: hashed character n-grams and digit/operator counts (computed once per prompt);
 - `hidden`: the policy's last hidden state at the prompt's last token (no answer, no sampling);
@@ -37,6 +38,12 @@ from rlstream.trainers.selection.ppm import PPMArgs, PromptPredictiveModel
 from rlstream.trainers.selection.predictive import PredictiveArgs, PredictiveSampler
 
 PPM_FEATURES = ("minilm", "text", "hidden", "confidence", "reference")
+AUTO_FEATURES = {"cot": "confidence", "direct": "minilm,hidden"}
+"""selection.ppm_features=auto by data.format. With a chain of thought the probability of the
+policy's own greedy solution separates prompts within a task family (within-family Pearson r
+0.86 vs 0.70 for minilm,hidden on the mixed CoT pool) where a sentence embedding and one hidden
+state need far more history; on direct answers that decode is a few tokens and minilm,hidden
+was the measured default (README, `benchmarks/ppm_features_probe.py`)."""
 STATIC_FEATURES = ("minilm", "text")
 """Featurizers that read no policy: computed once per prompt; a PPM of only these needs no
 policy at all (the scheduler then follows no policy versions)."""

@@ -61,7 +61,7 @@ def build_sampler(
 ):
     """The sampler a loop uses: `name` (default cfg.selection.sampler, `ppm:<featurizers>`
     allowed) over `pool`, seeded by cfg.seed. The PPM sampler reads `policy()` (a callable, so
-    the loop can hand it the newest policy) with cfg.selection.ppm_features; `neighbourhood`
+    the loop can hand it the newest policy) with cfg.ppm_feature_spec(); `neighbourhood`
     and `embedder` as `make_policy_ppm_sampler` takes them."""
     from rlstream.trainers.selection.policy_features import (
         make_policy_ppm_sampler,
@@ -69,7 +69,7 @@ def build_sampler(
         tuned_args,
     )
 
-    base, features = split_arm(name or cfg.selection.sampler, cfg.selection.ppm_features)
+    base, features = split_arm(name or cfg.selection.sampler, cfg.ppm_feature_spec())
     if base != "ppm":
         sampler = make_selection_sampler(base, pool, cfg.seed)
         sampler.reads_policy = False
