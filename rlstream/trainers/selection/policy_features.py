@@ -43,7 +43,7 @@ AUTO_FEATURES = {"cot": "confidence", "direct": "minilm,hidden"}
 policy's own greedy solution separates prompts within a task family where a sentence embedding
 and one hidden state need far more history (`benchmarks/ppm_features_probe.py`). Selection
 bench, mixed / late CoT pools, 3 seeds, against minilm,hidden: Pearson r 0.91 / 0.92 (0.81 /
-0.83), within families 0.86 / 0.87, wasted share 0.69x / 0.74x of uniform's (0.77x / 0.86x),
+0.83), within families 0.86 / 0.87, wasted share 0.69x / 0.74x of uniform's (0.76x / 0.86x),
 test-time compute saved 29% / 30% (0%). minilm,hidden stays the measured default on direct
 answers (README)."""
 STATIC_FEATURES = ("minilm", "text")
