@@ -309,11 +309,20 @@ class SelectionConfig:
     find more informative prompts when few are left, at the cost of scoring them (policy
     features read the policy once per candidate)"""
 
+    ppm_hard_tilt: float = 2.0
+    """the ppm sampler ranks candidates by P(group informative) x (1 - theta)^hard_tilt: > 0
+    leans to the hard-but-solvable side of the informative band (tuned on the direct-answer
+    pool for accuracy), 0 picks the most informative groups (the least wasted rollouts)"""
+
     def __post_init__(self):
         from rlstream.trainers.selection.policy_features import PPM_FEATURES, check_features
         from rlstream.trainers.selection.registry import loop_samplers
 
         _at_least("selection", "ppm_candidates", self.ppm_candidates, 1)
+        if self.ppm_hard_tilt < 0:
+            raise ConfigError(
+                f"selection.ppm_hard_tilt: {self.ppm_hard_tilt}; a power, 0 or more (0: no tilt)"
+            )
 
         if self.sampler == "dapo":
             raise ConfigError(

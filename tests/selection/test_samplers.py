@@ -245,3 +245,18 @@ def test_build_sampler_takes_the_candidate_pool_from_the_config():
     assert s.args.candidate_pool == 512 and s.args.hard_tilt == tuned_args().hard_tilt
     with pytest.raises(ConfigError, match="selection.ppm_candidates"):
         with_values(Config(), **{"selection.ppm_candidates": 0})
+
+
+def test_build_sampler_takes_the_hard_tilt_from_the_config():
+    from rlstream.config import Config, ConfigError, with_values
+    from rlstream.trainers.selection.policy_features import tuned_args
+    from rlstream.trainers.selection.registry import build_sampler
+
+    pool = synthetic_pool(20)
+    cfg = with_values(Config(), **{"selection.ppm_features": "text"})
+    assert build_sampler(cfg, pool, None).args.hard_tilt == cfg.selection.ppm_hard_tilt
+    flat = with_values(cfg, **{"selection.ppm_hard_tilt": 0})
+    s = build_sampler(flat, pool, None, ppm_args=tuned_args())
+    assert s.args.hard_tilt == 0 and s.args.prior_strength == tuned_args().prior_strength
+    with pytest.raises(ConfigError, match="selection.ppm_hard_tilt"):
+        with_values(Config(), **{"selection.ppm_hard_tilt": -1})

@@ -74,7 +74,9 @@ def build_sampler(
         sampler = make_selection_sampler(base, pool, cfg.seed)
         sampler.reads_policy = False
         return sampler
-    args = replace(ppm_args or tuned_args(), candidate_pool=cfg.selection.ppm_candidates)
+    sel = cfg.selection
+    args = replace(ppm_args or tuned_args(), candidate_pool=sel.ppm_candidates,
+                   hard_tilt=sel.ppm_hard_tilt)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder)  # fmt: skip
