@@ -108,8 +108,8 @@ class DataConfig:
     """share of flawable documents written with their family's systematic mistake"""
     format: str = "direct"
     """how the generated prompts are answered: direct (the answer alone) or cot (a worked
-    solution, then the final answer in <answer>...</answer>, which alone is verified; needs
-    model.block_size about 96 and rl.max_new_tokens about 48)"""
+    solution, then the final answer in <answer>...</answer>, which alone is verified; unless
+    given, model.block_size is then 96 and rl.max_new_tokens 64: FORMAT_DEFAULTS)"""
     prompts: str | None = None
     """the run's prompts: a JSONL/CSV/Parquet file (published to rl.prompts.v1 first) or
     topic:DATASET (already there, from any producer); unset: generated from data.tasks"""
@@ -627,7 +627,22 @@ def load_config(
     data = merge(to_dict(base) if base is not None else {}, read_file(path) if path else {})
     data = merge(data, nested(options or {}))
     data = merge(data, parse_overrides(list(overrides), cls))
+    if cls is Config and base is None:
+        data = format_defaults(data)
     return from_dict(cls, data)
+
+
+FORMAT_DEFAULTS = {"cot": {"model": {"block_size": 96}, "rl": {"max_new_tokens": 64}}}
+"""Settings whose default follows data.format: a worked solution (the longest built-in one,
+countdown's, is 50 characters, the prompt up to 13) does not fit the 32-token context and
+8-token completions of bare answers."""
+
+
+def format_defaults(data: dict) -> dict:
+    """`data` (a config as nested dicts) with FORMAT_DEFAULTS for its data.format filled in
+    where no layer (file, flag, --set) gave the setting."""
+    fmt = data.get("data", {}).get("format", DataConfig.format)
+    return merge(FORMAT_DEFAULTS.get(fmt, {}), data)
 
 
 def with_values(cfg, **dotted) -> Any:

@@ -11,6 +11,7 @@ import re
 from collections import Counter, defaultdict
 
 import pytest
+import yaml
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
@@ -281,13 +282,12 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
         "filter_max_rounds=2",
         "--format",
         "cot",
-        "--set",
-        "model.block_size=96",
-        "--set",
-        "rl.max_new_tokens=48",
         timeout=900,
     )
     figures = json.loads(summary.read_text())
+    # --format cot alone makes room for a worked solution (it was 32 tokens of context)
+    run_cfg = yaml.safe_load((tmp_path / "loop-filter" / "config.yaml").read_text())
+    assert (run_cfg["model"]["block_size"], run_cfg["rl"]["max_new_tokens"]) == (96, 64)
     requests = {r["request_id"]: r for r in _rows_of("loop-filter", "rollout_requests")
                 if r["request_id"] != "poison-req"}  # fmt: skip
     assert {r["verifier"] for r in requests.values()} == {"cot:add", "cot:sub"}

@@ -178,6 +178,23 @@ def test_the_cot_format_reaches_the_generated_prompts_and_corpus():
         load_config(None, ["data.format=steps"])
 
 
+def test_the_cot_format_brings_room_for_a_worked_solution_unless_told_otherwise():
+    from rlstream.config import load_config
+    from rlstream.trainers.envs.cot import in_format
+
+    cfg = load_config(None, [], {"data.format": "cot"})  # `rlstream run --format cot`
+    assert (cfg.model.block_size, cfg.rl.max_new_tokens) == (96, 64)
+    mix = TaskMix.parse("add,sub,mul,chain,countdown")
+    prompts = [in_format(p, "cot") for p in sample_prompts(mix, 2000, "train", seed=0)]
+    longest = max(len(get_task(p.verifier).solution(p)) for p in prompts)  # char tokens
+    assert longest <= cfg.rl.max_new_tokens
+    assert max(len(p.text) for p in prompts) + longest <= cfg.model.block_size
+    given = load_config(None, ["data.format=cot", "model.block_size=64"])
+    assert (given.model.block_size, given.rl.max_new_tokens) == (64, 64)
+    direct = load_config(None, [])
+    assert (direct.model.block_size, direct.rl.max_new_tokens) == (32, 8)
+
+
 def _prompt_of(document: str):
     text = document.split("=", 1)[0] + "="
     task = "add" if "+" in text else "mul"
