@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlstream.config import Config, ConfigError, from_dict
+from rlstream.config import Config, ConfigError, format_defaults, from_dict
 from rlstream.ops.loop import LIVE_FILE
 
 SERVE_FILE = "serve.json"  # per run: the child's pid and command, written by the server
@@ -65,7 +65,7 @@ class Runs:
             raise ConfigError("the body must be a JSON object: the run's config")
         body = dict(body)
         body.setdefault("run_id", datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S-%f"))
-        cfg = from_dict(Config, body)
+        cfg = from_dict(Config, format_defaults(body))  # the shape --config reads
         if not cfg.run_id.replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"run_id: {cfg.run_id!r} must be letters, digits, - and _")
         run_dir = self.out / cfg.run_id

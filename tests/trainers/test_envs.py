@@ -179,7 +179,7 @@ def test_the_cot_format_reaches_the_generated_prompts_and_corpus():
 
 
 def test_the_cot_format_brings_room_for_a_worked_solution_unless_told_otherwise():
-    from rlstream.config import load_config
+    from rlstream.config import format_defaults, load_config
     from rlstream.trainers.envs.cot import in_format
 
     cfg = load_config(None, [], {"data.format": "cot"})  # `rlstream run --format cot`
@@ -193,6 +193,12 @@ def test_the_cot_format_brings_room_for_a_worked_solution_unless_told_otherwise(
     assert (given.model.block_size, given.rl.max_new_tokens) == (64, 64)
     direct = load_config(None, [])
     assert (direct.model.block_size, direct.rl.max_new_tokens) == (32, 8)
+    # a config submitted over HTTP is read the same way
+    assert format_defaults({"data": {"format": "cot"}, "rl": {"steps": 3}}) == {
+        "model": {"block_size": 96},
+        "rl": {"max_new_tokens": 64, "steps": 3},
+        "data": {"format": "cot"},
+    }
 
 
 def _prompt_of(document: str):
