@@ -641,7 +641,8 @@ countdown's, is 50 characters, the prompt up to 13) does not fit the 32-token co
 def format_defaults(data: dict) -> dict:
     """`data` (a config as nested dicts) with FORMAT_DEFAULTS for its data.format filled in
     where no layer (file, flag, --set) gave the setting."""
-    fmt = data.get("data", {}).get("format", DataConfig.format)
+    section = data.get("data", {})  # anything but a mapping: from_dict says what is wrong
+    fmt = section.get("format", DataConfig.format) if isinstance(section, dict) else None
     return merge(FORMAT_DEFAULTS.get(fmt, {}), data)
 
 

@@ -179,7 +179,7 @@ def test_the_cot_format_reaches_the_generated_prompts_and_corpus():
 
 
 def test_the_cot_format_brings_room_for_a_worked_solution_unless_told_otherwise():
-    from rlstream.config import format_defaults, load_config
+    from rlstream.config import ConfigError, format_defaults, load_config
     from rlstream.trainers.envs.cot import in_format
 
     cfg = load_config(None, [], {"data.format": "cot"})  # `rlstream run --format cot`
@@ -199,6 +199,8 @@ def test_the_cot_format_brings_room_for_a_worked_solution_unless_told_otherwise(
         "rl": {"max_new_tokens": 64, "steps": 3},
         "data": {"format": "cot"},
     }
+    with pytest.raises(ConfigError, match="data"):  # one line naming the field, as before
+        load_config(None, [], {"data": "cot"})
 
 
 def _prompt_of(document: str):
