@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlstream.trainers.selection.predictive import informativeness
+
 
 def zero_variance(successes: np.ndarray, k: int, g: int) -> np.ndarray:
     """Unbiased estimates of p^g + (1-p)^g from `successes` of k samples (k >= g)."""
@@ -48,7 +50,7 @@ def replay(pred, z, strength, rng, g, b, c, tilt=None, thompson=False, trials=10
         else:
             mu = pred[cand]
             theta = rng.beta(strength * mu + 1e-3, strength * (1 - mu) + 1e-3) if thompson else mu
-            value = (1 - theta**g - (1 - theta) ** g) * (1 - theta) ** tilt
+            value = informativeness(theta, g) * (1 - theta) ** tilt  # the sampler's ranking
             pick = cand[np.argsort(-value)[:b]]
         shares.append(z[pick].mean())
     return float(np.mean(shares))
