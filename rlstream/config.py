@@ -314,6 +314,11 @@ class SelectionConfig:
     leans to the hard-but-solvable side of the informative band (tuned on the direct-answer
     pool for accuracy), 0 picks the most informative groups (the least wasted rollouts)"""
 
+    ppm_prior_strength: float = 16.0
+    """rollouts a PPM prediction is worth in each prompt's Beta posterior at full measured
+    skill (the skill gate scales it down): theta is drawn from that posterior (Thompson), so
+    a larger value trusts the predictor more and explores less"""
+
     def __post_init__(self):
         from rlstream.trainers.selection.policy_features import PPM_FEATURES, check_features
         from rlstream.trainers.selection.registry import loop_samplers
@@ -322,6 +327,11 @@ class SelectionConfig:
         if self.ppm_hard_tilt < 0:
             raise ConfigError(
                 f"selection.ppm_hard_tilt: {self.ppm_hard_tilt}; a power, 0 or more (0: no tilt)"
+            )
+        if not self.ppm_prior_strength > 0:
+            raise ConfigError(
+                f"selection.ppm_prior_strength: {self.ppm_prior_strength}; rollouts a prediction "
+                "is worth, more than 0 (16: the tuned default)"
             )
 
         if self.sampler == "dapo":

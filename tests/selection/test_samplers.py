@@ -260,3 +260,21 @@ def test_build_sampler_takes_the_hard_tilt_from_the_config():
     assert s.args.hard_tilt == 0 and s.args.prior_strength == tuned_args().prior_strength
     with pytest.raises(ConfigError, match="selection.ppm_hard_tilt"):
         with_values(Config(), **{"selection.ppm_hard_tilt": -1})
+
+
+def test_build_sampler_takes_the_prior_strength_from_the_config():
+    from rlstream.config import Config, ConfigError, with_values
+    from rlstream.trainers.selection.policy_features import tuned_args
+    from rlstream.trainers.selection.registry import build_sampler
+
+    pool = synthetic_pool(20)
+    cfg = with_values(Config(), **{"selection.ppm_features": "text"})
+    assert build_sampler(cfg, pool, None).args.prior_strength == 16
+    sharp = with_values(cfg, **{"selection.ppm_prior_strength": 64})
+    s = build_sampler(sharp, pool, None, ppm_args=tuned_args())
+    assert s.args.prior_strength == 64 and s.args.candidate_pool == tuned_args().candidate_pool
+    # the skill gate scales what the config sets: full skill gives the whole strength
+    s.err_ppm, s.err_base = 0.0, 1.0
+    assert s.prior_strength() == 64
+    with pytest.raises(ConfigError, match="selection.ppm_prior_strength"):
+        with_values(Config(), **{"selection.ppm_prior_strength": 0})

@@ -76,7 +76,7 @@ def build_sampler(
         return sampler
     sel = cfg.selection
     args = replace(ppm_args or tuned_args(), candidate_pool=sel.ppm_candidates,
-                   hard_tilt=sel.ppm_hard_tilt)  # fmt: skip
+                   hard_tilt=sel.ppm_hard_tilt, prior_strength=sel.ppm_prior_strength)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder)  # fmt: skip
