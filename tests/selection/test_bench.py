@@ -93,6 +93,11 @@ def test_bench_records_invariants(tmp_path, cache_dir):
     q = pool["samplers"]["ppm"]["int8_scoring"]  # INT8 scoring's cost, on the same prompts
     assert 0 <= q["mean_abs_change"]["mean"] <= q["max_abs_change"]["mean"] < 0.1
     assert set(pool["floors"]) >= {"wasted_share_vs_uniform", "ppm_pearson_r"}
+    assert pool["uniform_final_target"] == pool["samplers"]["uniform"]["final_accuracy"]["mean"]
+    if "target_note" not in pool:  # uniform gained enough over the start for targets
+        fin = pool["samplers"]["ppm"]["to_uniform_final"]
+        assert set(fin) >= {"steps", "rollouts", "reached", "step_speedup_vs_uniform"}
+        assert fin["reached"].endswith("/1")
     assert (tmp_path / "accuracy_default.png").stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())["pools"]["default"]
     again = summarize_saved(tiny(tmp_path, cache_dir, samplers="uniform,dapo,ppm"), [tmp_path])
@@ -134,6 +139,14 @@ def test_floors_are_the_issues_bars_and_compare_against_greso():
         "rollout_reduction_vs_greso": True,  # 3,200 vs 3,400 rollouts
     }
     assert abs(f["step_speedup_vs_greso"]["value"] - 13.3 / 14.3) < 1e-9
+    # the same bars at uniform's final accuracy, when the pool has that second target
+    pool["samplers"]["ppm"]["to_uniform_final"] = {
+        "step_speedup_vs_uniform": ms(1.2),
+        "rollout_reduction_vs_dapo": ms(0.5),
+    }
+    f = floors(pool)
+    assert f["step_speedup_vs_uniform_to_uniform_final"]["met"] is False  # 1.2 < 1.3
+    assert f["rollout_reduction_vs_dapo_to_uniform_final"]["met"] is True
     pool["samplers"]["ppm"]["steps_to_target"] = ms(None)  # never reached the target
     pool["samplers"]["ppm"]["step_speedup_vs_uniform"] = ms(None)
     f = floors(pool)
@@ -246,3 +259,17 @@ def test_cot_pools_are_drawn_in_the_chain_of_thought_format(tmp_path, cache_dir)
         assert {p.verifier for p in prompts} >= {"cot:add", "cot:sub"}
         for p in prompts[:50]:  # the final answer in its tag is what the verifier reads
             assert verify(cot_family(p.verifier).solution(p), p) and not verify(p.answer, p)
+
+
+def test_smoothed_crossings_ignore_one_noisy_evaluation():
+    from rlstream.trainers.selection import metrics as M
+
+    # one evaluation spikes over the target at step 4; the curve itself gets there after 12
+    greedy = [0.30, 0.50, 0.58, 0.50, 0.52, 0.55, 0.58, 0.60]
+    rows = [{"step": 2 * i, "rollouts": 512 * i, "greedy": g} for i, g in enumerate(greedy)]
+    assert M.to_target(rows, 0.56) < 4  # the raw first crossing: the spike
+    smooth = M.smoothed(rows, 3)
+    assert [r["step"] for r in smooth] == [r["step"] for r in rows]
+    assert smooth[2]["greedy"] == pytest.approx((0.30 + 0.50 + 0.58) / 3)
+    assert 12 < M.to_target(smooth, 0.56) < 14  # the trailing mean crosses between 12 and 14
+    assert M.cost_to_target(smooth, 0.9, "step") == (14.0, False)  # a miss costs the budget

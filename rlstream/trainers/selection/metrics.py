@@ -35,6 +35,19 @@ def evals(rows: list[dict]) -> list[dict]:
     return [r for r in rows if "greedy" in r]
 
 
+def smoothed(rows: list[dict], k: int = 3) -> list[dict]:
+    """The evaluation rows with `greedy` replaced by its trailing mean over the last k
+    evaluations (fewer at the start): a first crossing of a target the curve approaches
+    slowly is otherwise decided by one evaluation's noise.
+
+    >>> [r["greedy"] for r in smoothed([{"greedy": g} for g in (0.0, 0.3, 0.6, 0.9)])]
+    [0.0, 0.15, 0.3, 0.6]
+    """
+    ev = evals(rows)
+    g = [r["greedy"] for r in ev]
+    return [r | {"greedy": float(np.mean(g[max(0, i - k + 1) : i + 1]))} for i, r in enumerate(ev)]
+
+
 def to_target(rows: list[dict], target: float, key: str = "step") -> float | None:
     """`key` (step or rollouts) at which held-out greedy accuracy first reaches target."""
     prev = None

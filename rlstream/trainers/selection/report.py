@@ -178,6 +178,26 @@ def pool_table(name: str, fig: dict, seeds: int) -> Table:
     return t
 
 
+def final_target_table(name: str, fig: dict) -> Table:
+    """Steps and rollouts to uniform's final accuracy (where slow late gains separate)."""
+    t = Table(
+        title=f"pool '{name}': to uniform's final accuracy "
+        f"{fig['uniform_final_target']:.1%} (a run that never gets there counts its whole budget)"
+    )
+    for c in ("sampler", "steps (reached)", "step speedup", "rollouts", "rollout cut vs DAPO"):
+        t.add_column(c, justify="left" if c == "sampler" else "right")
+    for s, f in fig["samplers"].items():
+        g = f["to_uniform_final"]
+        t.add_row(
+            s,
+            f"{_ms(g['steps'], digits=1)} ({g['reached']})",
+            _ms(g["step_speedup_vs_uniform"]),
+            _ms(g["rollouts"], digits=0),
+            _ms(g["rollout_reduction_vs_dapo"], pct=True, sign=True),
+        )
+    return t
+
+
 def family_table(name: str, fig: dict) -> Table:
     fams = list(fig["samplers"]["uniform"]["final_by_family"])
     t = Table(title=f"pool '{name}': final greedy accuracy per family (Δ vs uniform)")
@@ -212,6 +232,8 @@ def print_tables(summary: dict, seeds: int) -> None:
         con.print(pool_table(name, fig, seeds))
         if fig.get("target_note"):
             con.print(f"[yellow]{name}: {fig['target_note']}[/]")
+        else:
+            con.print(final_target_table(name, fig))
         con.print(family_table(name, fig))
         if fig["floors"]:
             con.print(floors_table(name, fig))
