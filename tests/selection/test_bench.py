@@ -13,11 +13,12 @@ from rlstream.config import with_values
 from rlstream.trainers.selection.bench import (
     BenchArgs,
     bench_config,
+    check_one_start,
     floors,
     run_bench,
     summarize_saved,
 )
-from rlstream.trainers.selection.loop import ArmArgs
+from rlstream.trainers.selection.loop import ArmArgs, ArmResult
 
 TINY_TRAIN = with_values(
     bench_config(),
@@ -233,6 +234,19 @@ def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert nothing.returncode == 2 and "no saved arms in" in nothing.stderr
     assert "Traceback" not in nothing.stderr
+    # arms of another starting policy must not pass for more seeds of this one
+    fps = {json.loads(f.read_text())["start_policy"] for f in (tmp_path / "out/arms").glob("*")}
+    assert len(fps) == 2 and all(len(fp) == 12 for fp in fps)  # the default and late policies
+    other = tmp_path / "other" / "arms"
+    other.mkdir(parents=True)
+    arm = json.loads((tmp_path / "out" / "arms" / "default_uniform_0.json").read_text())
+    arm |= {"seed": 1, "start_policy": "0123456789ab"}
+    (other / "default_uniform_1.json").write_text(json.dumps(arm))
+    mixed = subprocess.run([*cmd[:5], *args, "--seeds", "2", "--merge", str(tmp_path / "out"),
+                            "--merge", str(tmp_path / "other")], capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert mixed.returncode == 2 and "started from different policies" in mixed.stderr
+    assert "Traceback" not in mixed.stderr
 
 
 def test_reasoning_gym_task_spec_resolves_to_a_verifiable_family():
@@ -259,6 +273,18 @@ def test_cot_pools_are_drawn_in_the_chain_of_thought_format(tmp_path, cache_dir)
         assert {p.verifier for p in prompts} >= {"cot:add", "cot:sub"}
         for p in prompts[:50]:  # the final answer in its tag is what the verifier reads
             assert verify(cot_family(p.verifier).solution(p), p) and not verify(p.answer, p)
+
+
+def test_arms_from_different_starting_policies_are_refused():
+    def arm(seed, fingerprint, greedy, add=0.5):
+        row = {"step": 0, "greedy": greedy, "greedy_by_task": {"add": add, "sub": 0.25}}
+        return ArmResult("uniform", seed, [row], start_policy=fingerprint)
+
+    check_one_start("default", [arm(0, "aa", 0.4), arm(1, "aa", 0.4), arm(2, "", 0.4)])
+    with pytest.raises(ValueError, match="different policies"):  # fingerprints differ
+        check_one_start("default", [arm(0, "aa", 0.4), arm(1, "bb", 0.4)])
+    with pytest.raises(ValueError, match="seed 1"):  # saved before fingerprints: step 0 differs
+        check_one_start("default", [arm(0, "", 0.4), arm(1, "", 0.4, add=0.75)])
 
 
 def test_smoothed_crossings_ignore_one_noisy_evaluation():

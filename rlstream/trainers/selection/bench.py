@@ -25,7 +25,7 @@ from rlstream.trainers.envs import TaskMix, sample_prompts
 from rlstream.trainers.envs.cot import in_format
 from rlstream.trainers.selection import metrics as M
 from rlstream.trainers.selection.allocation import compare_allocations
-from rlstream.trainers.selection.loop import ArmArgs, arm_spec, run_arm
+from rlstream.trainers.selection.loop import ArmArgs, arm_spec, policy_fingerprint, run_arm
 from rlstream.trainers.selection.policies import late_policy, pretrained_policy
 from rlstream.trainers.selection.ppm import calibration, pearson_r
 from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
@@ -153,6 +153,32 @@ def build_pools(a: BenchArgs, status) -> dict[str, dict]:
         late_cfg = with_values(cfg, **{"rl.lr": a.late_rl_lr})
         out["late"] = {"blob": late, "pool": lpool, "eval": ev, "cached": lc, "cfg": late_cfg}
     return out
+
+
+def check_one_start(pool: str, arms: list) -> None:
+    """Refuse to compare arms that started from different policies. Pre-training the same
+    settings again can give another policy (a new machine or library: the cache key covers
+    settings only), and arms saved from it look like more seeds of the same pool. Two arms
+    differ when both carry a policy fingerprint and they differ, or when their step-0
+    evaluations (greedy accuracy per family, the same for every sampler and seed of one
+    starting policy) differ: that also catches arms saved before fingerprints."""
+    if not arms:
+        return
+    first = arms[0]
+
+    def start(r) -> tuple:
+        row = r.rows[0]
+        return row.get("greedy"), sorted((row.get("greedy_by_task") or {}).items())
+
+    for r in arms[1:]:
+        fps = first.start_policy, r.start_policy
+        if (all(fps) and fps[0] != fps[1]) or start(r) != start(first):
+            raise ValueError(
+                f"pool {pool!r}: the arms {first.sampler} seed {first.seed} and {r.sampler} "
+                f"seed {r.seed} started from different policies (fingerprints "
+                f"{fps[0] or '-'} / {fps[1] or '-'}, start accuracy {start(first)[0]} / "
+                f"{start(r)[0]}): keep each checkpoint's arms in their own --out"
+            )
 
 
 def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
@@ -376,9 +402,16 @@ def run_bench(a: BenchArgs) -> dict:
         results: dict[str, dict[str, list]] = {}
         for name, p in pools.items():
             results[name] = {s: [] for s in a.sampler_names}
+            start = policy_fingerprint(p["blob"])
             for seed in range(a.seeds):  # seed-major: a run cut short still has every sampler
                 for sampler in a.sampler_names:
                     res = report.load_arm(a, name, sampler, seed) if a.resume else None
+                    if res is not None and res.start_policy not in ("", start):
+                        raise ValueError(
+                            f"{a.out}/arms: {name} {sampler} seed {seed} was run from policy "
+                            f"{res.start_policy}, this pool starts from {start} (another "
+                            "checkpoint): resume into a new --out"
+                        )
                     if res is None:
                         cb = live.arm(name, sampler, seed)
                         res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, p["cfg"],
@@ -388,6 +421,7 @@ def run_bench(a: BenchArgs) -> dict:
                     live.done(name, res)
     summary = {"config": report.config_dict(a), "wall_s": time.time() - t0, "pools": {}}
     for name, runs in results.items():
+        check_one_start(name, [r for rs in runs.values() for r in rs])
         summary["pools"][name] = pool_figures(runs, a)
         summary["pools"][name]["pretrained_checkpoint_cached"] = pools[name]["cached"]
     report.write(a, results, summary)
@@ -412,6 +446,7 @@ def summarize_saved(a: BenchArgs, dirs: list[str]) -> dict:
     for name, runs in results.items():
         runs = {s: sorted(runs[s], key=lambda r: r.seed) for s in a.sampler_names if s in runs}
         results[name] = runs
+        check_one_start(name, [r for rs in runs.values() for r in rs])
         summary["pools"][name] = pool_figures(runs, a)
     report.write(a, results, summary)
     return summary

@@ -14,6 +14,7 @@ rate those samples observe.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -71,6 +72,14 @@ class ArmResult:
     """prompt_scores decision records the sampler produced (publishable; counted here)"""
     policy: Policy | None = None
     """the trained policy, when run_arm was asked to keep it"""
+    start_policy: str = ""
+    """fingerprint of the policy the arm started from (policy_fingerprint): arms of one pool
+    compare only when it is the same"""
+
+
+def policy_fingerprint(blob: bytes) -> str:
+    """The first 12 hex digits of the policy bytes' SHA-256."""
+    return hashlib.sha256(blob).hexdigest()[:12]
 
 
 def evaluate_heldout(policy: Policy, prompts: list[Prompt], k: int, cfg: Config, seed: int):
@@ -101,7 +110,7 @@ def run_arm(
     state = TrainState(cfg, policy=policy_from_bytes(blob))
     state.start_rl()
     sampler = build_sampler(cfg, pool, state.policy, name=sampler_name, ppm_args=a.ppm)
-    res = ArmResult(sampler_name, seed, [])
+    res = ArmResult(sampler_name, seed, [], start_policy=policy_fingerprint(blob))
     ev, _ = evaluate_heldout(state.policy(), eval_set, 0, cfg, seed)
     res.rows.append({"step": 0, "rollouts": 0, "wasted": 0, "trained_rollouts": 0} | ev)
     trained, steps = 0, cfg.rl.steps
