@@ -182,7 +182,8 @@ def final_target_table(name: str, fig: dict) -> Table:
     """Steps and rollouts to uniform's final accuracy (where slow late gains separate)."""
     t = Table(
         title=f"pool '{name}': to uniform's final accuracy "
-        f"{fig['uniform_final_target']:.1%} (a run that never gets there counts its whole budget)"
+        f"{fig['uniform_final_target']:.1%} (steps and rollouts: the runs that got there; "
+        "speedup and cut: a run that never got there counts its whole budget)"
     )
     for c in ("sampler", "steps (reached)", "step speedup", "rollouts", "rollout cut vs DAPO"):
         t.add_column(c, justify="left" if c == "sampler" else "right")
