@@ -299,8 +299,9 @@ class SelectionConfig:
     embedding of the prompt), text (char n-grams), hidden (the policy's last hidden state at
     the prompt), confidence (its probability of its own greedy answer, one greedy decode) —
     none reads an answer — or reference (its probability of the reference answer: a labelled
-    variant). auto: confidence on chain-of-thought data (data.format cot), minilm,hidden on
-    direct answers: the best reference-free sets the selection bench measured there (README)"""
+    variant). auto: the best reference-free set the selection bench measured for the data's
+    answer format (policy_features.AUTO_FEATURES): confidence, with or without a chain of
+    thought (README)"""
     ppm_from: str = ""
     """a run id of this stack whose PPM (scheduler snapshot) and prompt collection (Qdrant)
     warm-start this run's predictor (`rlstream run --ppm-from RUN_ID`)"""

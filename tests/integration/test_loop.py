@@ -403,14 +403,14 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     assert max(r["ppm_version"] for r in scores) > 0  # the PPM was fitted on rewards
     assert all(0.0 <= r["predicted_pass_rate"] <= 1.0 for r in scores)
     log = (out / "loop-it" / "logs" / "scheduler.log").read_text()
-    # the default PPM reads no answer: MiniLM embeddings, the policy's hidden state at the
-    # prompt (so it follows the policy versions), history, and neighbourhoods
+    # the default PPM reads no answer: the policy's confidence in its own greedy answer (so it
+    # follows the policy versions), history, and neighbourhoods (MiniLM vectors in Qdrant)
     assert "loaded policy version" in log
     reads = re.search(r"PPM neighbourhood: (\d+) reads from Qdrant, (\d+) from memory", log)
     assert reads and int(reads[1]) > 0 and reads[2] == "0"  # read back from the collection
     assert 0.0 <= figures["zero_variance_share"] <= 1.0 and figures["sampler"] == "ppm"
-    assert figures["ppm_features"] == "minilm,hidden"  # `auto` on direct answers
-    assert "PPM features minilm,hidden" in log
+    assert figures["ppm_features"] == "confidence"  # `auto` on direct answers
+    assert "PPM features confidence" in log
     calibration = {r["metric"]: r for r in _rows("eval_results") if r["task"] == "ppm"}
     assert {"brier_unseen", "pearson_r_unseen"} <= set(calibration)  # measured live
     assert set(calibration) <= {f"{k}_{w}" for k in ("brier", "pearson_r")

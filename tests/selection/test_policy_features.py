@@ -68,10 +68,10 @@ def test_auto_features_follow_the_answer_format():
     direct = load_config(None, [])
     cot = load_config(None, ["data.format=cot", "model.block_size=96"])
     assert direct.selection.ppm_features == cot.selection.ppm_features == "auto"
-    assert arm_spec("ppm", direct) == ("ppm", ["minilm", "hidden"])
+    assert arm_spec("ppm", direct) == ("ppm", ["confidence"])
     assert arm_spec("ppm", cot) == ("ppm", ["confidence"])
     assert arm_spec("ppm:hidden", cot) == ("ppm", ["hidden"])  # a named arm keeps its own
-    pinned = load_config(None, ["data.format=cot", "selection.ppm_features=minilm,hidden"])
+    pinned = load_config(None, ["selection.ppm_features=minilm,hidden"])
     assert arm_spec("ppm", pinned) == ("ppm", ["minilm", "hidden"])
 
 
