@@ -44,10 +44,10 @@ measured for each (README). The probability of the policy's own greedy answer se
 prompts within a task family where a sentence embedding and one hidden state need far more
 history (`benchmarks/ppm_features_probe.py`). Against minilm,hidden, 3 seeds each: mixed / late
 CoT pools, Pearson r 0.91 / 0.92 (0.81 / 0.83), wasted share 0.69x / 0.74x of uniform's (0.76x
-/ 0.86x), test-time compute saved 29% / 30% (0%); direct default / late pools, r 0.70 / 0.92
-(0.38 / 0.77), wasted 0.59x / 0.47x (0.80x / 0.64x), steps to the target 1.62x / - (1.04x),
-test-time compute saved 16% / 31% (0% / 0%). Kept per format: a format where another set
-wins can say so here."""
+/ 0.86x), test-time compute saved 29% / 30% (0%); direct default / late pools, 5 seeds, r
+0.70 / 0.91 (0.37 / 0.78), wasted 0.60x / 0.45x (0.82x / 0.61x), steps to the target 1.37x / -
+(0.88x), test-time compute saved 16% / 32% (0% / 0%). Kept per format: a format where another
+set wins can say so here."""
 STATIC_FEATURES = ("minilm", "text")
 """Featurizers that read no policy: computed once per prompt; a PPM of only these needs no
 policy at all (the scheduler then follows no policy versions)."""
