@@ -49,7 +49,8 @@ def replay(pred, z, strength, rng, g, b, c, tilt=None, thompson=False, trials=10
             pick = cand[np.argsort(z[cand])[:b]]
         else:
             mu = pred[cand]
-            theta = rng.beta(strength * mu + 1e-3, strength * (1 - mu) + 1e-3) if thompson else mu
+            k = strength[cand] if np.ndim(strength) else strength  # per prompt, or one for all
+            theta = rng.beta(k * mu + 1e-3, k * (1 - mu) + 1e-3) if thompson else mu
             value = informativeness(theta, g) * (1 - theta) ** tilt  # the sampler's ranking
             pick = cand[np.argsort(-value)[:b]]
         shares.append(z[pick].mean())
@@ -80,7 +81,15 @@ def main() -> None:
         for tilt in (0, 1, 2):
             for ts in (0, 1):
                 row[f"tilt {tilt}{' TS' * ts}"] = replay(
-                    pred, z, alloc["strength"], rng, a.group, a.batch, a.candidates, tilt, bool(ts)
+                    pred,
+                    z,
+                    np.asarray(alloc["strength"]),
+                    rng,
+                    a.group,
+                    a.batch,
+                    a.candidates,
+                    tilt,
+                    bool(ts),
                 )
         figures[path.stem] = row
         ratios = [row[c] / row["uniform"] for c in cols]

@@ -310,15 +310,23 @@ class SelectionConfig:
     find more informative prompts when few are left, at the cost of scoring them (policy
     features read the policy once per candidate)"""
 
-    ppm_hard_tilt: float = 2.0
-    """the ppm sampler ranks candidates by P(group informative) x (1 - theta)^hard_tilt: > 0
-    leans to the hard-but-solvable side of the informative band (tuned on the direct-answer
-    pool for accuracy), 0 picks the most informative groups (the least wasted rollouts)"""
+    ppm_acquisition: str = "expected"
+    """how the ppm sampler values a candidate from its Beta posterior: expected (the
+    posterior predictive probability that its group of G is informative, in closed form: a
+    prompt the PPM is unsure of scores lower) or thompson (one draw from the posterior)"""
+    ppm_prior: str = "fit"
+    """what a PPM prediction is worth in each prompt's Beta posterior: fit (per task family,
+    the beta-binomial strength that makes the outcomes seen so far likeliest given the
+    predictions made before them: how far true pass rates scatter around a prediction) or
+    skill (ppm_prior_strength, scaled down by the PPM's measured Brier skill)"""
+    ppm_hard_tilt: float = 0.0
+    """the ppm sampler ranks candidates by E[P(group informative) x (1 - theta)^hard_tilt]:
+    0 picks the most informative groups (the least wasted rollouts); > 0 leans to the
+    hard-but-solvable side of the informative band"""
 
     ppm_prior_strength: float = 16.0
-    """rollouts a PPM prediction is worth in each prompt's Beta posterior at full measured
-    skill (the skill gate scales it down): theta is drawn from that posterior (Thompson), so
-    a larger value trusts the predictor more and explores less"""
+    """with ppm_prior=skill: rollouts a PPM prediction is worth in each prompt's Beta
+    posterior at full measured skill (the skill gate scales it down)"""
 
     def __post_init__(self):
         from rlstream.trainers.selection.policy_features import PPM_FEATURES, check_features
@@ -329,6 +337,8 @@ class SelectionConfig:
             raise ConfigError(
                 f"selection.ppm_hard_tilt: {self.ppm_hard_tilt}; a power, 0 or more (0: no tilt)"
             )
+        _choice("selection", "ppm_acquisition", self.ppm_acquisition, ("expected", "thompson"))
+        _choice("selection", "ppm_prior", self.ppm_prior, ("fit", "skill"))
         if not self.ppm_prior_strength > 0:
             raise ConfigError(
                 f"selection.ppm_prior_strength: {self.ppm_prior_strength}; rollouts a prediction "

@@ -268,7 +268,9 @@ def test_build_sampler_takes_the_prior_strength_from_the_config():
     from rlstream.trainers.selection.registry import build_sampler
 
     pool = synthetic_pool(20)
-    cfg = with_values(Config(), **{"selection.ppm_features": "text"})
+    cfg = with_values(
+        Config(), **{"selection.ppm_features": "text", "selection.ppm_prior": "skill"}
+    )
     assert build_sampler(cfg, pool, None).args.prior_strength == 16
     sharp = with_values(cfg, **{"selection.ppm_prior_strength": 64})
     s = build_sampler(sharp, pool, None, ppm_args=tuned_args())
@@ -278,3 +280,22 @@ def test_build_sampler_takes_the_prior_strength_from_the_config():
     assert s.prior_strength() == 64
     with pytest.raises(ConfigError, match="selection.ppm_prior_strength"):
         with_values(Config(), **{"selection.ppm_prior_strength": 0})
+
+
+def test_build_sampler_takes_the_acquisition_and_prior_from_the_config():
+    from rlstream.config import Config, ConfigError, with_values
+    from rlstream.trainers.selection.registry import build_sampler
+
+    pool = synthetic_pool(20)
+    cfg = with_values(Config(), **{"selection.ppm_features": "text"})
+    s = build_sampler(cfg, pool, None)
+    assert (s.args.acquisition, s.args.prior) == ("expected", "fit")  # the defaults
+    assert s.prior_strength() == s.args.min_prior_strength  # fitted: nothing seen yet
+    old = with_values(
+        cfg, **{"selection.ppm_acquisition": "thompson", "selection.ppm_prior": "skill"}
+    )
+    s = build_sampler(old, pool, None)
+    assert (s.args.acquisition, s.args.prior) == ("thompson", "skill")
+    for field, value in (("ppm_acquisition", "greedy"), ("ppm_prior", "fixed")):
+        with pytest.raises(ConfigError, match=f"selection.{field}: '{value}' is not one of"):
+            with_values(Config(), **{f"selection.{field}": value})

@@ -49,14 +49,14 @@ def allocate_samples(
     budget: int,
     min_per_prompt: int = 1,
     max_per_prompt: int | None = None,
-    strength: float | None = None,
+    strength: float | np.ndarray | None = None,
 ) -> np.ndarray:
     """Greedy pass@n allocation from predicted pass rates pred (N,) -> samples per prompt (N,).
 
     Every prompt gets min_per_prompt; each further sample goes to the prompt with the largest
     expected gain `sample_gain` (ties: lowest index), up to max_per_prompt; sum == budget
-    unless the caps make that impossible. strength: the predictions' worth in rollouts (None:
-    exact).
+    unless the caps make that impossible. strength: the predictions' worth in rollouts, one
+    for all or (N,) per prompt (None: exact).
 
     >>> allocate_samples(np.array([0.99, 0.3, 0.0]), 6).tolist()
     [1, 4, 1]
@@ -66,13 +66,15 @@ def allocate_samples(
     n = len(p)
     if budget < min_per_prompt * n:
         raise ValueError(f"budget {budget} < min_per_prompt {min_per_prompt} x {n} prompts")
-    if strength is not None and strength <= 0:
+    if strength is not None and np.any(np.asarray(strength) <= 0):
         raise ValueError(f"strength is a prior's worth in rollouts and must be > 0, got {strength}")
+    per_prompt = strength is not None and np.ndim(strength) > 0
     alloc = np.full(n, min_per_prompt, dtype=np.int64)
     cap = np.iinfo(np.int64).max if max_per_prompt is None else max_per_prompt
 
     def gain(i: int) -> float:
-        return sample_gain(float(p[i]), int(alloc[i]), strength)
+        k = float(strength[i]) if per_prompt else strength
+        return sample_gain(float(p[i]), int(alloc[i]), k)
 
     heap = [(-gain(i), i) for i in range(n) if alloc[i] < cap]
     heapq.heapify(heap)
@@ -98,7 +100,10 @@ def sampled_pass_at_n(alloc: np.ndarray, true_p: np.ndarray, rng: np.random.Gene
 
 
 def compare_allocations(
-    pred: np.ndarray, true_p: np.ndarray, budget: int, strength: float | None = None
+    pred: np.ndarray,
+    true_p: np.ndarray,
+    budget: int,
+    strength: float | np.ndarray | None = None,
 ) -> dict:
     """Guided vs uniform accuracy at one budget, and the budget guided needs to match uniform
     (guided: `allocate_samples` with the predictions' strength).

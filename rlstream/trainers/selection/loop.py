@@ -167,7 +167,8 @@ def _evaluate_step(policy, sampler, eval_set, cfg: Config, a: ArmArgs, step, see
                 "pred_int8": int8.tolist(),
                 "observed": rates.tolist(),
                 "k": k,
-                "strength": sampler.prior_strength(),  # the predictions' worth in rollouts
+                # the predictions' worth in rollouts, per prompt (its family's, prior 'fit')
+                "strength": sampler.prompt_strengths(eval_set).tolist(),
                 "task": [p.task for p in eval_set],
             }
     return ev

@@ -149,9 +149,13 @@ def reference_likelihood(
 
 
 def tuned_args() -> PredictiveArgs:
-    """The PPM-sampler settings tuned on the selection bench's default pool (see the README):
-    128 candidates, a prior worth 16 rollouts at full skill, 40 fit steps, hard tilt 2."""
-    return PredictiveArgs(candidate_pool=128, prior_strength=16, fit_steps=40, hard_tilt=2.0)
+    """The PPM-sampler settings tuned on the selection bench (see the README): 128 candidates,
+    40 fit steps; each family's prior strength fitted to its outcomes, candidates valued by
+    their posterior's expected informativeness, no hard tilt, ranked over all families (not
+    per family), a 5% uniform share."""
+    return PredictiveArgs(candidate_pool=128, prior_strength=16, fit_steps=40, hard_tilt=0.0,
+                          acquisition="expected", prior="fit", stratify="none",
+                          uniform_share=0.05)  # fmt: skip
 
 
 def make_policy_ppm_sampler(

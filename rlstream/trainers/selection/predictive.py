@@ -4,22 +4,28 @@ Per step:
 1. a minimum uniform share of the batch is drawn uniformly from the whole pool (expected share
    exactly `uniform_share`), so no region starves even when its estimate collapsed;
 2. a candidate pool is drawn; the PPM predicts each candidate's pass rate mu; a Beta posterior
-   per candidate combines that prediction as a prior worth `prior_strength` rollouts with the
-   prompt's own decayed outcomes, and one Thompson sample theta is drawn from it (uncertain
-   prompts get explored, confident ones exploited); with `skill_gate` the prior's weight scales
-   with the PPM's prequential Brier skill, so a PPM that predicts no better than the mean pass
-   rate (before its first fits, or after the policy moved) leaves selection near uniform;
+   per candidate combines that prediction as a prior worth k rollouts with the prompt's own
+   decayed outcomes. k is `prior` 'fit' (the default of the loops): per task family, the
+   strength under which the outcomes seen so far were likeliest given the predictions made
+   before them (a beta-binomial's maximum-likelihood concentration: how far true pass rates
+   scatter around a prediction of that family; measured on the CoT pool, 1 for chain, 3 for
+   mul, 8-32 for add and sub); or 'skill': `prior_strength` scaled by the PPM's prequential
+   Brier skill with `skill_gate` (a PPM no better than the mean pass rate leaves a weak prior);
 3. value v = the probability that a group of G is informative, 1 - theta^G - (1 - theta)^G
-   (a zero-variance group has all-zero advantages and teaches nothing); candidates with
-   v >= ppm_threshold are preferred, the rest only fill a shortfall;
-4. strata (by default the task family) get the predicted slots in proportion to their summed
-   v over the candidates, i.e. to the informative groups uniform sampling would draw from them:
-   the batch's family mix follows uniform's *useful* mix, so no family that still has something
-   to teach starves, and one that has nothing left (all solved, or out of reach) is not paid for;
+   (a zero-variance group has all-zero advantages and teaches nothing), with `acquisition`
+   'expected' its expectation under the posterior in closed form (the predictive probability
+   that the group is informative: a prompt the PPM is unsure of puts mass on 0 and 1 and scores
+   lower) or 'thompson' at one draw theta from the posterior (uncertain prompts explored);
+   candidates with v >= ppm_threshold are preferred, the rest only fill a shortfall;
+4. with `stratify` 'task', strata (task families) get the predicted slots in proportion to
+   their summed v over the candidates, i.e. to the informative groups uniform sampling would
+   draw from them; 'none' ranks all candidates together (the loops' default: with fitted
+   strengths v is already calibrated per family, and quotas would pay for a family whose
+   prompts the PPM cannot tell apart);
 5. within each stratum, greedy max-marginal-relevance picks: score = (1 - w) r + w d, with
-   r = v (1 - theta)^hard_tilt (0 by default: r = v; > 0 leans to the hard-but-solvable side),
-   d the cosine distance (halved, in [0, 1]) to the nearest prompt already picked this step,
-   w = diversity_weight.
+   r = v (1 - theta)^hard_tilt (expected, likewise) (0 by default: r = v; > 0 leans to the
+   hard-but-solvable side), d the cosine distance (halved, in [0, 1]) to the nearest prompt
+   already picked this step, w = diversity_weight.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from scipy.special import betaln
 
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.base import GroupOutcome, PoolSampler
@@ -35,6 +42,10 @@ from rlstream.trainers.selection.mopps import beta_mean_std
 from rlstream.trainers.selection.ppm import PPMArgs, PromptPredictiveModel
 from rlstream.trainers.selection.records import Selection, make_record
 from rlstream.trainers.selection.registry import register_sampler
+
+STRENGTH_GRID = np.geomspace(0.25, 256.0, 31)
+"""prior strengths (rollouts) the 'fit' prior chooses among: 0.25 (a prediction says little
+more than the family's spread) to 256 (an oracle), about 26% apart"""
 
 
 class Predictor(Protocol):
@@ -57,6 +68,26 @@ def informativeness(theta: np.ndarray, group_size: int) -> np.ndarray:
     [0.5, 0.0, 0.0]
     """
     return 1.0 - theta**group_size - (1.0 - theta) ** group_size
+
+
+def expected_informativeness(
+    alpha: np.ndarray, beta: np.ndarray, group_size: int, tilt: float = 0.0
+) -> np.ndarray:
+    """E[(1 - theta)^tilt x informativeness(theta)] under theta ~ Beta(alpha, beta), in closed
+    form from the Beta moments E[theta^a (1 - theta)^b] = B(alpha + a, beta + b) / B(alpha, beta).
+
+    With tilt 0 it is the posterior predictive probability that a group of `group_size` is
+    not all equal (the beta-binomial's mass off 0 and G): an uncertain posterior puts mass on
+    the extremes and scores lower than a confident one at the same mean.
+    >>> round(float(expected_informativeness(np.array([1.0]), np.array([1.0]), 2)[0]), 4)
+    0.3333
+    """
+
+    def moment(a: float, b: float) -> np.ndarray:
+        return np.exp(betaln(alpha + a, beta + b) - betaln(alpha, beta))
+
+    g = group_size
+    return moment(0, tilt) - moment(g, tilt) - moment(0, g + tilt)
 
 
 def stratum_quotas(mass: np.ndarray, available: np.ndarray, n: int, rng) -> np.ndarray:
@@ -124,6 +155,17 @@ class PredictiveArgs:
     """expected share of each batch drawn uniformly from the whole pool"""
     prior_strength: float = 4.0
     """rollouts the PPM prediction is worth as a Beta prior for a prompt"""
+    prior: str = "skill"
+    """what a PPM prediction is worth as a prompt's Beta prior: 'skill' (prior_strength, scaled
+    by the PPM's measured Brier skill when skill_gate) or 'fit' (per task family, the strength
+    under which the outcomes of the prompts picked so far were likeliest given the
+    predictions made before them: the beta-binomial's maximum-likelihood concentration, i.e.
+    how far true pass rates scatter around a prediction of that family)"""
+    fit_pooling: float = 32.0
+    """with prior 'fit': groups' worth of the all-families likelihood a family's own starts
+    from (a family with few outcomes takes the pooled strength)"""
+    fit_decay: float = 0.9
+    """with prior 'fit': per-update decay of the likelihood (the policy and PPM move on)"""
     skill_gate: bool = True
     """scale the prior by the PPM's measured skill: an unskilled PPM (early on, or after the
     policy moved) leaves a weak prior, so Thompson draws spread and selection is near uniform"""
@@ -131,6 +173,10 @@ class PredictiveArgs:
     """prior strength when the PPM has no skill"""
     skill_decay: float = 0.8
     """per-step decay of the squared errors the skill is measured on"""
+    acquisition: str = "thompson"
+    """how a candidate's posterior becomes its value: 'thompson' (one draw theta from it,
+    v = informativeness(theta)) or 'expected' (v = its expectation under the posterior, in
+    closed form: the predictive probability that the group is informative)"""
     hard_tilt: float = 0.0
     """rank eligible candidates by v x (1 - theta)^hard_tilt: > 0 prefers the hard-but-solvable
     side of the informative band (a prompt the policy mostly fails but sometimes solves is
@@ -150,6 +196,12 @@ class PredictiveArgs:
             raise ValueError(
                 f"ppm_threshold is a probability (informative group); got {self.ppm_threshold}"
             )
+        if self.prior not in ("skill", "fit"):
+            raise ValueError(f"prior is 'skill' or 'fit'; got {self.prior!r}")
+        if self.fit_pooling < 0 or not 0 <= self.fit_decay <= 1:
+            raise ValueError("fit_pooling must be >= 0 and fit_decay in [0, 1]")
+        if self.acquisition not in ("thompson", "expected"):
+            raise ValueError(f"acquisition is 'thompson' or 'expected'; got {self.acquisition!r}")
         if self.stratify not in ("task", "none"):
             raise ValueError(f"stratify is 'task' or 'none'; got {self.stratify!r}")
         if not 0 <= self.diversity_weight <= 1 or not 0 <= self.uniform_share <= 1:
@@ -187,6 +239,10 @@ class PredictiveSampler(PoolSampler):
         self.group_size = 8  # G, until the first update shows the real one
         self.err_ppm = self.err_base = 0.0  # decayed squared errors: PPM, running mean
         self.seen_s = self.seen_n = 0.0  # successes and attempts so far (the running mean)
+        # 'fit' prior: decayed beta-binomial log-likelihood over STRENGTH_GRID and decayed
+        # group counts, per task family and pooled ("*")
+        self.strength_ll: dict[str, np.ndarray] = {}
+        self.strength_n: dict[str, float] = {}
         self.stratum = self._strata()
 
     def _strata(self) -> np.ndarray:
@@ -219,18 +275,60 @@ class PredictiveSampler(PoolSampler):
             return 0.0
         return float(np.clip(1.0 - max(self.err_ppm, 0.0) / self.err_base, 0.0, 1.0))
 
-    def prior_strength(self) -> float:
+    def prior_strength(self, family: str = "*") -> float:
+        """Rollouts a PPM prediction is worth in a prompt's prior (prior 'fit': in task
+        `family`, default pooled over all)."""
         a = self.args
+        if a.prior == "fit":
+            return self.fitted_strength(family)
         if not a.skill_gate:
             return a.prior_strength
         return max(a.min_prior_strength, a.prior_strength * self.skill)
 
+    def fitted_strength(self, family: str = "*") -> float:
+        """The grid strength of highest likelihood: the family's own plus the pooled one
+        weighted as fit_pooling groups; min_prior_strength before any outcome."""
+        n_all = self.strength_n.get("*", 0.0)
+        if n_all <= 0:
+            return self.args.min_prior_strength
+        ll = self.strength_ll["*"]
+        if family != "*":
+            ll = ll * (self.args.fit_pooling / n_all) + self.strength_ll.get(family, 0.0)
+        return float(STRENGTH_GRID[int(np.argmax(ll))])
+
+    def prompt_strengths(self, prompts: list[Prompt]) -> np.ndarray:
+        """prior_strength() of each prompt's task family."""
+        cache: dict[str, float] = {}
+        names = [p.task for p in prompts]
+        return np.array([cache.setdefault(k, self.prior_strength(k)) for k in names])
+
     def posterior(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Beta(alpha, beta) per candidate: the PPM prediction worth prior_strength() rollouts
-        plus the prompt's own decayed counts."""
-        mu = np.clip(self.ppm.predict([self.pool[i] for i in pos]), 1e-3, 1 - 1e-3)
-        sidx, k = self.stats.of_pool[pos], self.prior_strength()
+        (its family's) plus the prompt's own decayed counts."""
+        prompts = [self.pool[i] for i in pos]
+        mu = np.clip(self.ppm.predict(prompts), 1e-3, 1 - 1e-3)
+        sidx, k = self.stats.of_pool[pos], self.prompt_strengths(prompts)
         return k * mu + self.own_s[sidx], k * (1 - mu) + self.own_f[sidx]
+
+    def fold_strength(self, prompts: list[Prompt], pred: np.ndarray, successes, attempts):
+        """Add one step's outcomes to the strength likelihoods: log P(s of n | prediction mu,
+        strength k) = log B(k mu + s, k (1 - mu) + n - s) - log B(k mu, k (1 - mu)) per grid k
+        (the binomial coefficient does not depend on k)."""
+        mu = np.clip(np.asarray(pred, dtype=float), 1e-3, 1 - 1e-3)[:, None]
+        s = np.asarray(successes, dtype=float)[:, None]
+        n = np.asarray(attempts, dtype=float)[:, None]
+        k = STRENGTH_GRID[None, :]
+        ll = betaln(k * mu + s, k * (1 - mu) + n - s) - betaln(k * mu, k * (1 - mu))
+        d = self.args.fit_decay
+        for key in self.strength_ll:
+            self.strength_ll[key] *= d
+            self.strength_n[key] *= d
+        names = np.array([p.task for p in prompts] + ["*"] * len(prompts))
+        rows = np.concatenate([ll, ll])
+        for key in np.unique(names):
+            here = names == key
+            self.strength_ll[key] = self.strength_ll.get(key, 0.0) + rows[here].sum(0)
+            self.strength_n[key] = self.strength_n.get(key, 0.0) + float(here.sum())
 
     def score_skill(self, prompts: list[Prompt], outcomes: list[GroupOutcome]) -> None:
         """Fold one step's outcomes into the PPM's skill (before the PPM learns from them)."""
@@ -242,6 +340,8 @@ class PredictiveSampler(PoolSampler):
         base = self.seen_s / self.seen_n if self.seen_n else 0.5
         r = self.args.skill_decay
         pred = self.ppm.predict(prompts)
+        if self.args.prior == "fit":
+            self.fold_strength(prompts, pred, [o.successes for o in outcomes], n)
         self.err_ppm = r * self.err_ppm + float(((pred - rate) ** 2 - noise).sum())
         self.err_base = r * self.err_base + float(((base - rate) ** 2 - noise).sum())
         self.seen_s += sum(o.successes for o in outcomes)
@@ -257,9 +357,8 @@ class PredictiveSampler(PoolSampler):
             size = min(len(self.pool), max(a.candidate_pool, n_pred))
             pos = self.draw(size, replace=False)
             alpha, beta = self.posterior(pos)
-            theta = self.rng.beta(alpha, beta)
-            value = informativeness(theta, self.group_size)
-            picks, elig = self.pick(pos, value, n_pred, value * (1 - theta) ** a.hard_tilt)
+            value, rank = self.acquire(alpha, beta)
+            picks, elig = self.pick(pos, value, n_pred, rank)
             mean, std = beta_mean_std(alpha, beta)
             reason = {
                 j: "informative" if e else "below_threshold_fill"
@@ -298,6 +397,19 @@ class PredictiveSampler(PoolSampler):
                     )
                 )
         return Selection(chosen, recs)
+
+    def acquire(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each candidate's value (P(group informative)) and rank (value x (1 - theta)^tilt)
+        from its Beta posterior: of one Thompson draw, or expected in closed form."""
+        a, g = self.args, self.group_size
+        if a.acquisition == "expected":
+            return (
+                expected_informativeness(alpha, beta, g),
+                expected_informativeness(alpha, beta, g, a.hard_tilt),
+            )
+        theta = self.rng.beta(alpha, beta)
+        value = informativeness(theta, g)
+        return value, value * (1 - theta) ** a.hard_tilt
 
     def pick(
         self, pos: np.ndarray, value: np.ndarray, n: int, rank: np.ndarray | None = None
@@ -342,6 +454,9 @@ class PredictiveSampler(PoolSampler):
             "ppm": self.ppm.state_dict(),
             "skill": [self.err_ppm, self.err_base, self.seen_s, self.seen_n],
             "group_size": self.group_size,
+            "strength_fit": {
+                k: [ll.tolist(), self.strength_n[k]] for k, ll in self.strength_ll.items()
+            },
         }
 
     def load_extra_state(self, state: dict) -> None:
@@ -350,3 +465,6 @@ class PredictiveSampler(PoolSampler):
         # states saved before the skill gate existed restore with no skill measured yet
         self.err_ppm, self.err_base, self.seen_s, self.seen_n = state.get("skill", [0.0] * 4)
         self.group_size = state.get("group_size", self.group_size)
+        fit = state.get("strength_fit", {})  # none in states saved before the 'fit' prior
+        self.strength_ll = {k: np.array(ll) for k, (ll, _) in fit.items()}
+        self.strength_n = {k: float(n) for k, (_, n) in fit.items()}

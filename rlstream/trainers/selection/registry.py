@@ -76,7 +76,8 @@ def build_sampler(
         return sampler
     sel = cfg.selection
     args = replace(ppm_args or tuned_args(), candidate_pool=sel.ppm_candidates,
-                   hard_tilt=sel.ppm_hard_tilt, prior_strength=sel.ppm_prior_strength)  # fmt: skip
+                   hard_tilt=sel.ppm_hard_tilt, prior_strength=sel.ppm_prior_strength,
+                   acquisition=sel.ppm_acquisition, prior=sel.ppm_prior)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder)  # fmt: skip
