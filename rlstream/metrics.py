@@ -69,6 +69,12 @@ SCHEDULER_PPM_PEARSON = Gauge(
     "Pearson r of the PPM's predictions and pass rates on prompts never rolled out before.",
     ["window"],
 )
+SCHEDULER_PPM_PRIOR_STRENGTH = Gauge(
+    "rlstream_scheduler_ppm_prior_strength",
+    "Rollouts a PPM prediction is worth in a prompt's Beta posterior, by task family (fitted "
+    "to the outcomes with selection.ppm_prior=fit: low where pass rates scatter around it).",
+    ["family"],
+)
 SCHEDULER_SELECT_SECONDS = Counter(
     "rlstream_scheduler_select_seconds_total",
     "Time the scheduler spent choosing prompts, by part: features (the PPM re-reading the pool "

@@ -510,9 +510,9 @@ class Scheduler:
             await c.stop()
 
     async def report_calibration(self, producer: EventProducer, step: int) -> None:
-        """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r),
-        as eval_results rows (task `ppm`: the report, MLflow) and gauges; and what choosing
-        prompts has cost so far (task `scheduler`)."""
+        """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r) and
+        its prior strength per task family, as eval_results rows (task `ppm`: the report,
+        MLflow) and gauges; and what choosing prompts has cost so far (task `scheduler`)."""
         rows = [
             {"event_id": make_event_id("select_cost", self.cfg.run_id, self.issued_rounds, k),
              "step": step, "task": "scheduler", "metric": k, "value": float(v),
@@ -529,6 +529,15 @@ class Scheduler:
                  "value": float(figures[k]), "n": figures["n_prompts"]}
                 for k in ("brier", "pearson_r")
             ]  # fmt: skip
+        strengths = getattr(self.sampler, "family_strengths", dict)()  # PPM sampler only
+        for family, k in strengths.items():
+            metrics.SCHEDULER_PPM_PRIOR_STRENGTH.labels(family).set(k)
+            rows.append(
+                {"event_id": make_event_id("ppm_prior", self.cfg.run_id, self.issued_rounds,
+                                           family),
+                 "step": step, "task": "ppm", "metric": f"prior_strength_{family}",
+                 "value": float(k), "n": self.clock.rounds}
+            )  # fmt: skip
         if rows:
             await producer.send(EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id))
 

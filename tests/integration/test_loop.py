@@ -17,6 +17,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.ops.loop import _run_rows
 from rlstream.streams.policystore import stored_versions
+from rlstream.trainers.selection.predictive import STRENGTH_GRID
 from tests.integration.conftest import cli
 
 pytestmark = pytest.mark.integration
@@ -413,8 +414,12 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     assert "PPM features confidence" in log
     calibration = {r["metric"]: r for r in _rows("eval_results") if r["task"] == "ppm"}
     assert {"brier_unseen", "pearson_r_unseen"} <= set(calibration)  # measured live
-    assert set(calibration) <= {f"{k}_{w}" for k in ("brier", "pearson_r")
-                                for w in ("unseen", "uniform")}  # fmt: skip
+    strengths = {m: r["value"] for m, r in calibration.items() if m.startswith("prior_strength_")}
+    assert set(calibration) - set(strengths) <= {f"{k}_{w}" for k in ("brier", "pearson_r")
+                                                 for w in ("unseen", "uniform")}  # fmt: skip
+    # the prior's worth per family, fitted to the outcomes (ppm_prior=fit): within its grid
+    assert set(strengths) == {f"prior_strength_{t}" for t in ("add", "sub")}
+    assert all(STRENGTH_GRID[0] <= k <= STRENGTH_GRID[-1] for k in strengths.values())
     assert 0.0 <= calibration["brier_unseen"]["value"] <= 1.0
     assert calibration["brier_unseen"]["n"] >= 16  # groups of prompts never rolled out before
     assert (out / "loop-it" / "ppm" / "state.pt").exists()  # what --ppm-from starts from

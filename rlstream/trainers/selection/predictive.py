@@ -296,6 +296,10 @@ class PredictiveSampler(PoolSampler):
             ll = ll * (self.args.fit_pooling / n_all) + self.strength_ll.get(family, 0.0)
         return float(STRENGTH_GRID[int(np.argmax(ll))])
 
+    def family_strengths(self) -> dict[str, float]:
+        """prior_strength() of each task family in the pool."""
+        return {f: self.prior_strength(f) for f in sorted({p.task for p in self.pool})}
+
     def prompt_strengths(self, prompts: list[Prompt]) -> np.ndarray:
         """prior_strength() of each prompt's task family."""
         cache: dict[str, float] = {}
