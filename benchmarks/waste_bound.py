@@ -13,8 +13,11 @@ unbiased estimate from s successes in k samples, [C(s, G) + C(k - s, G)] / C(k, 
   rule from C candidates: if it sat above 0.5x of uniform, no predictor could meet issue 13's
   wasted-share floor on that pool;
 - the predictor's picks, ranked as the PPM sampler ranks them: P(informative | theta) x
-  (1 - theta)^tilt with theta the prediction (greedy) or one draw from its Beta of the
-  sampler's prior strength (Thompson), for tilt 0, 1, 2 (`selection.ppm_hard_tilt`).
+  (1 - theta)^tilt with theta the prediction (greedy), one draw from its Beta of the
+  sampler's prior strength (Thompson, `selection.ppm_acquisition=thompson`) or its
+  expectation under that Beta (E, the default `expected`), for tilt 0 and 2
+  (`selection.ppm_hard_tilt`). The strength is the one the arm saved: per prompt (its
+  family's fitted strength) in arms run with `selection.ppm_prior=fit`.
 
     python benchmarks/waste_bound.py benchmarks/results/arms/selection-cot-late/arms/late_ppm_?.json
 
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlstream.trainers.selection.predictive import informativeness
+from rlstream.trainers.selection.predictive import expected_informativeness, informativeness
 
 
 def zero_variance(successes: np.ndarray, k: int, g: int) -> np.ndarray:
@@ -39,9 +42,10 @@ def zero_variance(successes: np.ndarray, k: int, g: int) -> np.ndarray:
     return np.array([(comb(int(s), g) + comb(k - int(s), g)) / comb(k, g) for s in successes])
 
 
-def replay(pred, z, strength, rng, g, b, c, tilt=None, thompson=False, trials=1000) -> float:
+def replay(pred, z, strength, rng, g, b, c, tilt=None, mode="greedy", trials=1000) -> float:
     """Mean zero-variance share of the B picks (groups of g) over `trials` random candidate
-    pools of C; tilt None: the oracle (lowest z), else the predictor's ranking."""
+    pools of C; tilt None: the oracle (lowest z), else the predictor's ranking (mode greedy,
+    thompson or expected)."""
     shares = []
     for _ in range(trials):
         cand = rng.choice(len(z), min(c, len(z)), replace=False)
@@ -50,8 +54,12 @@ def replay(pred, z, strength, rng, g, b, c, tilt=None, thompson=False, trials=10
         else:
             mu = pred[cand]
             k = strength[cand] if np.ndim(strength) else strength  # per prompt, or one for all
-            theta = rng.beta(k * mu + 1e-3, k * (1 - mu) + 1e-3) if thompson else mu
-            value = informativeness(theta, g) * (1 - theta) ** tilt  # the sampler's ranking
+            alpha, beta = k * mu + 1e-3, k * (1 - mu) + 1e-3
+            if mode == "expected":
+                value = expected_informativeness(alpha, beta, g, tilt)
+            else:
+                theta = rng.beta(alpha, beta) if mode == "thompson" else mu
+                value = informativeness(theta, g) * (1 - theta) ** tilt  # the sampler's ranking
             pick = cand[np.argsort(-value)[:b]]
         shares.append(z[pick].mean())
     return float(np.mean(shares))
@@ -65,7 +73,8 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=128, help="C, candidates per pick")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     a = ap.parse_args()
-    cols = ["uniform", "oracle"] + [f"tilt {t}{' TS' * ts}" for t in (0, 1, 2) for ts in (0, 1)]
+    modes = {"greedy": "", "thompson": " TS", "expected": " E"}
+    cols = ["uniform", "oracle"] + [f"tilt {t}{m}" for t in (0, 2) for m in modes.values()]
     print(f"zero-variance share of a group of {a.group}, {a.batch} picks from {a.candidates} "
           "candidates, as a ratio of uniform's")  # fmt: skip
     print(f"{'arm':34}" + "".join(f"{c:>11}" for c in cols))
@@ -78,18 +87,11 @@ def main() -> None:
         rng = np.random.default_rng(0)
         row = {"uniform": float(z.mean())}
         row["oracle"] = replay(pred, z, 0, rng, a.group, a.batch, a.candidates)
-        for tilt in (0, 1, 2):
-            for ts in (0, 1):
-                row[f"tilt {tilt}{' TS' * ts}"] = replay(
-                    pred,
-                    z,
-                    np.asarray(alloc["strength"]),
-                    rng,
-                    a.group,
-                    a.batch,
-                    a.candidates,
-                    tilt,
-                    bool(ts),
+        strength = np.asarray(alloc["strength"])
+        for tilt in (0, 2):
+            for mode, tag in modes.items():
+                row[f"tilt {tilt}{tag}"] = replay(
+                    pred, z, strength, rng, a.group, a.batch, a.candidates, tilt, mode
                 )
         figures[path.stem] = row
         ratios = [row[c] / row["uniform"] for c in cols]
