@@ -319,10 +319,12 @@ class SelectionConfig:
     the beta-binomial strength that makes the outcomes seen so far likeliest given the
     predictions made before them: how far true pass rates scatter around a prediction) or
     skill (ppm_prior_strength, scaled down by the PPM's measured Brier skill)"""
-    ppm_hard_tilt: float = 0.0
+    ppm_hard_tilt: float = 2.0
     """the ppm sampler ranks candidates by E[P(group informative) x (1 - theta)^hard_tilt]:
-    0 picks the most informative groups (the least wasted rollouts); > 0 leans to the
-    hard-but-solvable side of the informative band"""
+    > 0 leans to the hard-but-solvable side of the informative band (with the expected
+    acquisition it wasted no more than 0 on the CoT pool, and the PPM, trained on those
+    outcomes, guides test-time allocation: 24-28% saved against 3-25% at 0); 0 ranks by
+    P(group informative) alone"""
 
     ppm_prior_strength: float = 16.0
     """with ppm_prior=skill: rollouts a PPM prediction is worth in each prompt's Beta

@@ -23,8 +23,8 @@ Per step:
    strengths v is already calibrated per family, and quotas would pay for a family whose
    prompts the PPM cannot tell apart);
 5. within each stratum, greedy max-marginal-relevance picks: score = (1 - w) r + w d, with
-   r = v (1 - theta)^hard_tilt (expected, likewise) (0 by default: r = v; > 0 leans to the
-   hard-but-solvable side), d the cosine distance (halved, in [0, 1]) to the nearest prompt
+   r = v (1 - theta)^hard_tilt (with 'expected', its expectation; 0: r = v; the loops' 2
+   leans to the hard-but-solvable side), d the cosine distance (halved, in [0, 1]) to the nearest prompt
    already picked this step, w = diversity_weight.
 """
 
