@@ -165,7 +165,8 @@ class PredictiveArgs:
     """with prior 'fit': groups' worth of the all-families likelihood a family's own starts
     from (a family with few outcomes takes the pooled strength)"""
     fit_decay: float = 0.9
-    """with prior 'fit': per-update decay of the likelihood (the policy and PPM move on)"""
+    """with prior 'fit': decay of the likelihood per 32 groups observed (the policy and PPM
+    move on; per group, so the streaming scheduler's updates of any size decay alike)"""
     skill_gate: bool = True
     """scale the prior by the PPM's measured skill: an unskilled PPM (early on, or after the
     policy moved) leaves a weak prior, so Thompson draws spread and selection is near uniform"""
@@ -323,7 +324,7 @@ class PredictiveSampler(PoolSampler):
         n = np.asarray(attempts, dtype=float)[:, None]
         k = STRENGTH_GRID[None, :]
         ll = betaln(k * mu + s, k * (1 - mu) + n - s) - betaln(k * mu, k * (1 - mu))
-        d = self.args.fit_decay
+        d = self.args.fit_decay ** (len(prompts) / 32)
         for key in self.strength_ll:
             self.strength_ll[key] *= d
             self.strength_n[key] *= d
