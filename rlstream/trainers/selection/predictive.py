@@ -24,8 +24,8 @@ Per step:
    prompts the PPM cannot tell apart);
 5. within each stratum, greedy max-marginal-relevance picks: score = (1 - w) r + w d, with
    r = v (1 - theta)^hard_tilt (with 'expected', its expectation; 0: r = v; the loops' 2
-   leans to the hard-but-solvable side), d the cosine distance (halved, in [0, 1]) to the nearest prompt
-   already picked this step, w = diversity_weight.
+   leans to the hard-but-solvable side), d the cosine distance (halved, in [0, 1]) to the
+   nearest prompt already picked this step, w = diversity_weight.
 """
 
 from __future__ import annotations
