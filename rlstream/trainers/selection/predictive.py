@@ -302,10 +302,10 @@ class PredictiveSampler(PoolSampler):
         return {f: self.prior_strength(f) for f in sorted({p.task for p in self.pool})}
 
     def prompt_strengths(self, prompts: list[Prompt]) -> np.ndarray:
-        """prior_strength() of each prompt's task family."""
-        cache: dict[str, float] = {}
+        """prior_strength() of each prompt's task family (computed once per family)."""
         names = [p.task for p in prompts]
-        return np.array([cache.setdefault(k, self.prior_strength(k)) for k in names])
+        per_family = {k: self.prior_strength(k) for k in set(names)}
+        return np.array([per_family[k] for k in names])
 
     def posterior(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Beta(alpha, beta) per candidate: the PPM prediction worth prior_strength() rollouts
