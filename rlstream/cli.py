@@ -918,6 +918,7 @@ def bench_loop(
         "final_accuracy": "held-out greedy accuracy, streamed",
         "stale_dropped": "stale groups dropped",
         "scheduler_select_ms_per_round": "choosing a step's prompts (ms)",
+        "scheduler_candidates_per_round": "prompts scored to choose them",
         "wall_s": "wall s",
     }
     for key, label in keys.items():

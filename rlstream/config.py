@@ -309,6 +309,12 @@ class SelectionConfig:
     """prompts the ppm sampler scores for each batch it picks (at least the batch): more
     find more informative prompts when few are left, at the cost of scoring them (policy
     features read the policy once per candidate)"""
+    ppm_candidates_max: int = 512
+    """while fewer than a batch's predicted picks reach the informative threshold, the ppm
+    sampler scores ppm_candidates more, up to this many (at most ppm_candidates: never more),
+    so the scoring cost follows how scarce informative prompts are; late in training, when
+    most prompts are solved or out of reach, 512 against 128 took the wasted share from 0.68x
+    to 0.33x of uniform's (README)"""
 
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the
@@ -335,6 +341,7 @@ class SelectionConfig:
         from rlstream.trainers.selection.registry import loop_samplers
 
         _at_least("selection", "ppm_candidates", self.ppm_candidates, 1)
+        _at_least("selection", "ppm_candidates_max", self.ppm_candidates_max, 0)
         if self.ppm_hard_tilt < 0:
             raise ConfigError(
                 f"selection.ppm_hard_tilt: {self.ppm_hard_tilt}; a power, 0 or more (0: no tilt)"

@@ -75,6 +75,11 @@ SCHEDULER_PPM_PRIOR_STRENGTH = Gauge(
     "to the outcomes with selection.ppm_prior=fit: low where pass rates scatter around it).",
     ["family"],
 )
+SCHEDULER_CANDIDATES = Counter(
+    "rlstream_scheduler_ppm_candidates_total",
+    "Prompts the PPM sampler scored to pick batches (selection.ppm_candidates a round, up to "
+    "selection.ppm_candidates_max while informative ones are scarce).",
+)
 SCHEDULER_SELECT_SECONDS = Counter(
     "rlstream_scheduler_select_seconds_total",
     "Time the scheduler spent choosing prompts, by part: features (the PPM re-reading the pool "

@@ -426,6 +426,7 @@ class Scheduler:
         with self.clock.part("pick"):
             picks = self.sampler.select(round_, self.cfg.rl.prompts_per_step)
         self.clock.rounds += 1
+        self.clock.screened(getattr(self.sampler, "screened", 0))  # PPM sampler only
         if ppm is not None:  # predictions for prompts never rolled out, scored when they are
             self.calibration.predicted(getattr(self.sampler, "last_records", []), ppm.counts)
         return picks
@@ -576,11 +577,13 @@ class Scheduler:
 
 
 class SelectionClock:
-    """Seconds spent choosing prompts, by part (`SCHEDULER_SELECT_SECONDS`), and per round."""
+    """Seconds spent choosing prompts, by part (`SCHEDULER_SELECT_SECONDS`), and per round;
+    candidates scored per round (`SCHEDULER_CANDIDATES`)."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
         self.rounds = 0
+        self.candidates = 0  # prompts the PPM sampler scored (selection.ppm_candidates_max)
 
     @contextlib.contextmanager
     def part(self, name: str):
@@ -592,24 +595,32 @@ class SelectionClock:
             self.seconds[name] = self.seconds.get(name, 0.0) + took
             metrics.SCHEDULER_SELECT_SECONDS.labels(name).inc(took)
 
+    def screened(self, n: int) -> None:
+        self.candidates += n
+        metrics.SCHEDULER_CANDIDATES.inc(n)
+
     def figures(self) -> dict[str, float]:
-        """{} before the first round; else the total and per-round milliseconds, by part."""
+        """{} before the first round; else the total and per-round milliseconds, by part, and
+        the candidates scored per round."""
         if not self.rounds:
             return {}
         total = sum(self.seconds.values())
         return {"select_s": round(total, 3),
-                "select_ms_per_round": round(1000 * total / self.rounds, 2)} | {
+                "select_ms_per_round": round(1000 * total / self.rounds, 2),
+                "candidates_per_round": round(self.candidates / self.rounds, 1)} | {
             f"{name}_ms_per_round": round(1000 * s / self.rounds, 2)
             for name, s in sorted(self.seconds.items())
         }  # fmt: skip
 
     def state_dict(self) -> dict:
-        return {"seconds": dict(self.seconds), "rounds": self.rounds}
+        return {"seconds": dict(self.seconds), "rounds": self.rounds,
+                "candidates": self.candidates}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         """A restarted scheduler goes on counting from its snapshot."""
         self.seconds = dict(state.get("seconds", {}))
         self.rounds = int(state.get("rounds", 0))
+        self.candidates = int(state.get("candidates", 0))
 
 
 class Calibration:

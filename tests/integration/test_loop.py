@@ -427,6 +427,7 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     cost = figures["scheduler_select_ms_per_round"]
     parts = [figures[f"scheduler_{p}_ms_per_round"] for p in ("features", "fit", "pick")]
     assert cost > 0 and cost == pytest.approx(sum(parts), abs=0.05)
+    assert figures["scheduler_candidates_per_round"] >= 8  # at least a batch scored a round
 
 
 def test_eval_results_arrive(loop_run):

@@ -125,6 +125,51 @@ def test_ppm_threshold_prefers_informative_candidates():
     assert all(r.ppm_version == 1 and r.uncertainty is not None for r in sel.records)
 
 
+@pytest.mark.parametrize("candidate_max, min_screened, max_screened", [(0, 16, 16), (400, 32, 400)])
+def test_scarce_informative_candidates_are_screened_for(candidate_max, min_screened, max_screened):
+    # 1 prompt in 10 is predicted informative (0.5), the rest solved (0.99): 16 candidates hold
+    # 1.6 of them on average, so 8 picks mostly come from the fill; screening on, 16 at a time
+    # up to 400, the sampler scores until 8 reach the threshold (80 candidates on average)
+    pool = synthetic_pool(1000)
+    rates = {p.prompt_id: 0.5 if i % 10 == 0 else 0.99 for i, p in enumerate(pool)}
+    emb = np.random.default_rng(0).standard_normal((1000, 8))
+    args = PredictiveArgs(uniform_share=0.0, candidate_pool=16, candidate_max=candidate_max,
+                          prior="skill", skill_gate=False, prior_strength=64)  # fmt: skip
+    s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
+    informative, screened = [], []
+    for step in range(20):
+        sel = s.select_scored(step, 8)
+        informative += [int(p.answer) % 10 == 0 for p in sel.prompts]
+        screened.append(s.screened)
+        assert len(sel.records) == s.screened  # every scored candidate has a record
+        assert len({p.prompt_id for p in sel.prompts}) == 8  # no prompt picked twice
+    assert min_screened <= min(screened) and max(screened) <= max_screened
+    assert np.all(np.array(screened) % 16 == 0)
+    if candidate_max:
+        assert np.mean(informative) == 1.0 and 48 <= np.mean(screened) <= 128, screened
+    else:
+        assert np.mean(informative) < 0.3
+
+
+def test_a_shortfall_is_filled_with_the_likeliest_informative_not_the_hardest():
+    # no candidate reaches the threshold; predictions 0.02 (v 0.15, tilted 0.14) and 0.9 (v
+    # 0.57, tilted 0.006): the tilt would fill with the near-hopeless, whose groups are mostly
+    # all wrong (0.98^8 = 0.85); the fill takes the near-solved, likelier to teach
+    pool = synthetic_pool(100)
+    rates = {p.prompt_id: 0.02 if i % 2 else 0.9 for i, p in enumerate(pool)}
+    emb = np.random.default_rng(0).standard_normal((100, 8))
+    args = PredictiveArgs(uniform_share=0.0, candidate_pool=100, hard_tilt=2.0,
+                          acquisition="expected", prior="skill", skill_gate=False,
+                          prior_strength=1e4)  # fmt: skip
+    sel = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb).select_scored(0, 20)
+    assert all(int(p.answer) % 2 == 0 for p in sel.prompts)
+    assert {r.reason for r in sel.records if r.selected} == {"below_threshold_fill"}
+    # among candidates at the threshold the tilt still orders: 0.3 (tilted 0.47) before 0.7
+    rates = {p.prompt_id: 0.3 if i % 2 else 0.7 for i, p in enumerate(pool)}
+    sel = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb).select_scored(0, 20)
+    assert all(int(p.answer) % 2 == 1 for p in sel.prompts)
+
+
 def test_learned_ppm_cuts_zero_variance_groups_vs_uniform():
     """Late-training-like pool: 45% solved, 35% out of reach, 20% informative (hidden states)."""
     rng = np.random.default_rng(0)

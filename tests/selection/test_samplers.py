@@ -239,12 +239,17 @@ def test_build_sampler_takes_the_candidate_pool_from_the_config():
     pool = synthetic_pool(20)
     cfg = with_values(Config(), **{"selection.ppm_features": "text"})
     assert build_sampler(cfg, pool, None).args.candidate_pool == 128
-    big = with_values(cfg, **{"selection.ppm_candidates": 512})
+    assert build_sampler(cfg, pool, None).args.candidate_max == 512
+    big = with_values(cfg, **{"selection.ppm_candidates": 512,
+                              "selection.ppm_candidates_max": 0})  # fmt: skip
     # explicit sampler settings (the bench's, the scheduler's) keep their other fields
     s = build_sampler(big, pool, None, ppm_args=tuned_args())
     assert s.args.candidate_pool == 512 and s.args.hard_tilt == tuned_args().hard_tilt
+    assert s.args.candidate_max == 0
     with pytest.raises(ConfigError, match="selection.ppm_candidates"):
         with_values(Config(), **{"selection.ppm_candidates": 0})
+    with pytest.raises(ConfigError, match="selection.ppm_candidates_max"):
+        with_values(Config(), **{"selection.ppm_candidates_max": -1})
 
 
 def test_build_sampler_takes_the_hard_tilt_from_the_config():

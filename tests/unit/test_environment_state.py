@@ -142,7 +142,9 @@ def test_the_selection_clock_adds_up_its_parts_per_round():
         with clock.part("pick"):
             pass
         clock.rounds += 1
+        clock.screened(128 if clock.rounds == 1 else 640)  # screened more the second time
     figures = clock.figures()
+    assert figures["candidates_per_round"] == 384.0
     assert figures["fit_ms_per_round"] >= 20.0
     assert figures["select_ms_per_round"] == pytest.approx(
         figures["fit_ms_per_round"] + figures["pick_ms_per_round"], abs=0.02

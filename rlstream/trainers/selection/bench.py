@@ -262,6 +262,9 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
                 [M.latency(r)["per_prompt_s"] / uni_lat_p - 1 for r in rs]
             ),
             "selection_s_per_step": M.mean_std([M.latency(r)["selection_s_per_step"] for r in rs]),
+            "candidates_per_step": M.mean_std(
+                [float(np.mean([x.get("screened", 0) for x in r[1:]])) for r in rs]
+            ),
             "final_by_family": {
                 fam: float(np.mean([M.final(r)["greedy_by_task"][fam] for r in rs])) for fam in fams
             },

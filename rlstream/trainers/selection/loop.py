@@ -131,6 +131,7 @@ def run_arm(
             "reward": float(np.mean(exp.rewards)) if len(exp) else float("nan"),
             "trained_zero_var_share": m["zero_variance_groups"] / max(1, len(exp) // G),
             "t_select": batch.t_select,
+            "screened": getattr(sampler, "screened", 0),  # candidates scored (PPM sampler)
             "t_sample": batch.t_sample,
             "t_update": t_update,
             "n_trained": len(batch.prompts),

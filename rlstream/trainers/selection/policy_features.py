@@ -150,10 +150,11 @@ def reference_likelihood(
 
 def tuned_args() -> PredictiveArgs:
     """The PPM-sampler settings tuned on the selection bench (see the README): 128 candidates,
-    40 fit steps; each family's prior strength fitted to its outcomes, candidates valued by
+    up to 512 while informative ones are scarce, 40 fit steps; each family's prior strength fitted to its outcomes, candidates valued by
     their posterior's expected informativeness with hard tilt 2, ranked over all families (not
     per family), a 5% uniform share."""
-    return PredictiveArgs(candidate_pool=128, prior_strength=16, fit_steps=40, hard_tilt=2.0,
+    return PredictiveArgs(candidate_pool=128, candidate_max=512, prior_strength=16,
+                          fit_steps=40, hard_tilt=2.0,
                           acquisition="expected", prior="fit", stratify="none",
                           uniform_share=0.05)  # fmt: skip
 

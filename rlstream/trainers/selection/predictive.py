@@ -3,7 +3,9 @@
 Per step:
 1. a minimum uniform share of the batch is drawn uniformly from the whole pool (expected share
    exactly `uniform_share`), so no region starves even when its estimate collapsed;
-2. a candidate pool is drawn; the PPM predicts each candidate's pass rate mu; a Beta posterior
+2. a candidate pool is drawn (and, while fewer than the batch's predicted picks reach
+   ppm_threshold, another, up to `candidate_max`); the PPM predicts each candidate's pass rate
+   mu; a Beta posterior
    per candidate combines that prediction as a prior worth k rollouts with the prompt's own
    decayed outcomes. k is `prior` 'fit' (the default of the loops): per task family, the
    strength under which the outcomes seen so far were likeliest given the predictions made
@@ -25,7 +27,8 @@ Per step:
 5. within each stratum, greedy max-marginal-relevance picks: score = (1 - w) r + w d, with
    r = v (1 - theta)^hard_tilt (with 'expected', its expectation; 0: r = v; the loops' 2
    leans to the hard-but-solvable side), d the cosine distance (halved, in [0, 1]) to the
-   nearest prompt already picked this step, w = diversity_weight.
+   nearest prompt already picked this step, w = diversity_weight; a shortfall of candidates
+   at ppm_threshold is filled with r = v (the tilt would fill it with the near-hopeless).
 """
 
 from __future__ import annotations
@@ -147,6 +150,10 @@ def mmr_select(
 class PredictiveArgs:
     candidate_pool: int = 256
     """candidates scored per step (capped at the pool size; at least the batch size)"""
+    candidate_max: int = 0
+    """score more candidates, candidate_pool at a time, up to this many, while fewer than the
+    predicted picks reach ppm_threshold (informative prompts grew scarce); at most
+    candidate_pool: never more"""
     ppm_threshold: float = 0.7
     """minimum P(group informative) to be preferred (0.7 with G = 8: p in [0.14, 0.86])"""
     diversity_weight: float = 0.3
@@ -213,6 +220,8 @@ class PredictiveArgs:
             raise ValueError(f"fit_every counts updates and must be >= 1, got {self.fit_every}")
         if self.candidate_pool < 1 or not 0 <= self.decay <= 1:
             raise ValueError("candidate_pool must be >= 1 and decay in [0, 1]")
+        if self.candidate_max < 0:
+            raise ValueError(f"candidate_max must be >= 0, got {self.candidate_max}")
 
 
 @register_sampler("ppm")
@@ -245,6 +254,7 @@ class PredictiveSampler(PoolSampler):
         self.strength_ll: dict[str, np.ndarray] = {}
         self.strength_n: dict[str, float] = {}
         self.stratum = self._strata()
+        self.screened = 0  # candidates scored for the last pick
 
     def _strata(self) -> np.ndarray:
         keys = [p.task if self.args.stratify == "task" else "" for p in self.pool]
@@ -359,10 +369,7 @@ class PredictiveSampler(PoolSampler):
         n_pred = batch_size - n_uni
         recs, chosen = [], []
         if n_pred > 0:
-            size = min(len(self.pool), max(a.candidate_pool, n_pred))
-            pos = self.draw(size, replace=False)
-            alpha, beta = self.posterior(pos)
-            value, rank = self.acquire(alpha, beta)
+            pos, alpha, beta, value, rank = self.screen(n_pred)
             picks, elig = self.pick(pos, value, n_pred, rank)
             mean, std = beta_mean_std(alpha, beta)
             reason = {
@@ -403,6 +410,27 @@ class PredictiveSampler(PoolSampler):
                 )
         return Selection(chosen, recs)
 
+    def screen(self, n_pred: int):
+        """Candidates and their posteriors, values and ranks: candidate_pool of them, and while
+        fewer than n_pred reach ppm_threshold, candidate_pool more, up to candidate_max (the
+        scoring cost follows how scarce informative prompts are). Returns pos, alpha, beta,
+        value, rank, each (C,)."""
+        a = self.args
+        chunk = max(a.candidate_pool, n_pred)
+        size = min(len(self.pool), max(a.candidate_max, chunk))
+        order = self.draw(size, replace=False)
+        parts: list[tuple[np.ndarray, ...]] = []
+        eligible, start = 0, 0
+        while start < size and (start == 0 or eligible < n_pred):
+            pos = order[start : start + chunk]
+            alpha, beta = self.posterior(pos)
+            value, rank = self.acquire(alpha, beta)
+            parts.append((pos, alpha, beta, value, rank))
+            eligible += int((value >= a.ppm_threshold).sum())
+            start += chunk
+        self.screened = min(start, size)
+        return tuple(np.concatenate(x) for x in zip(*parts, strict=True))
+
     def acquire(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's value (P(group informative)) and rank (value x (1 - theta)^tilt)
         from its Beta posterior: of one Thompson draw, or expected in closed form."""
@@ -420,7 +448,8 @@ class PredictiveSampler(PoolSampler):
         self, pos: np.ndarray, value: np.ndarray, n: int, rank: np.ndarray | None = None
     ) -> tuple[list[int], list[bool]]:
         """Candidate indices (into pos) to train on: quotas per stratum by summed `value`, then
-        MMR within each on `rank` (default: value) among those with value >= ppm_threshold."""
+        MMR within each on `rank` (default: value) among those with value >= ppm_threshold,
+        then on `value` among the rest while picks are short."""
         rank = value if rank is None else rank
         a, emb = self.args, self.embed(pos)
         strata = self.stratum[pos]
@@ -433,7 +462,10 @@ class PredictiveSampler(PoolSampler):
                 continue
             members = np.flatnonzero(strata == s)
             ok = value[members] >= a.ppm_threshold
-            p, e = mmr_select(rank[members], emb[members], int(q), a.diversity_weight, ok)
+            # the tilt orders the informative candidates; a shortfall is filled by value (the
+            # tilt would fill it with the near-hopeless, whose groups are mostly all wrong)
+            r = np.where(ok, rank[members], value[members])
+            p, e = mmr_select(r, emb[members], int(q), a.diversity_weight, ok)
             picks += members[p].tolist()
             elig += e
         return picks, elig

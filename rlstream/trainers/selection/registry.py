@@ -76,6 +76,7 @@ def build_sampler(
         return sampler
     sel = cfg.selection
     args = replace(ppm_args or tuned_args(), candidate_pool=sel.ppm_candidates,
+                   candidate_max=sel.ppm_candidates_max,
                    hard_tilt=sel.ppm_hard_tilt, prior_strength=sel.ppm_prior_strength,
                    acquisition=sel.ppm_acquisition, prior=sel.ppm_prior)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,

@@ -153,6 +153,7 @@ def pool_table(name: str, fig: dict, seeds: int) -> Table:
         "Δlatency/step",
         "Δlatency/prompt",
         "selection ms/step",
+        "candidates/step",
         "PPM Brier",
         "PPM r",
     ]
@@ -160,6 +161,7 @@ def pool_table(name: str, fig: dict, seeds: int) -> Table:
         t.add_column(c, justify="left" if c == "sampler" else "right")
     for s, f in fig["samplers"].items():
         sel = f["selection_s_per_step"]
+        cand = (f.get("candidates_per_step") or {}).get("mean")  # PPM arms, newer runs
         t.add_row(
             s,
             _ms(f["final_accuracy"], pct=True),
@@ -172,6 +174,7 @@ def pool_table(name: str, fig: dict, seeds: int) -> Table:
             _ms(f["latency_change_per_step"], pct=True, sign=True),
             _ms(f["latency_change_per_prompt"], pct=True, sign=True),
             "-" if sel["mean"] is None else f"{1000 * sel['mean']:.0f}",
+            _ms(f.get("candidates_per_step"), digits=0) if cand else "-",
             _ms(f.get("ppm_brier"), digits=3),
             _ms(f.get("ppm_pearson_r")),
         )
