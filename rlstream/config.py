@@ -309,12 +309,18 @@ class SelectionConfig:
     """prompts the ppm sampler scores for each batch it picks (at least the batch): more
     find more informative prompts when few are left, at the cost of scoring them (policy
     features read the policy once per candidate)"""
-    ppm_candidates_max: int = 512
+    ppm_candidates_max: int = 0
     """while fewer than a batch's predicted picks reach the informative threshold, the ppm
     sampler scores ppm_candidates more, up to this many (at most ppm_candidates: never more),
-    so the scoring cost follows how scarce informative prompts are; late in training, when
-    most prompts are solved or out of reach, 512 against 128 took the wasted share from 0.68x
-    to 0.33x of uniform's (README)"""
+    so the scoring cost follows how scarce informative prompts are. 0: by the answer format
+    (policy_features.FORMAT_TUNING: 512 with a chain of thought, where it took the wasted
+    share to 0.37x of uniform's; none beyond ppm_candidates for direct answers, where it cost
+    steps)"""
+    ppm_fill: str = "auto"
+    """how the ppm sampler fills a batch when too few candidates reach the informative
+    threshold: rank (as it ranks the informative ones, the hard side first), value (the
+    likeliest informative first) or auto (by the answer format: value with a chain of
+    thought, rank with direct answers; policy_features.FORMAT_TUNING)"""
 
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the
@@ -348,6 +354,7 @@ class SelectionConfig:
             )
         _choice("selection", "ppm_acquisition", self.ppm_acquisition, ("expected", "thompson"))
         _choice("selection", "ppm_prior", self.ppm_prior, ("fit", "skill"))
+        _choice("selection", "ppm_fill", self.ppm_fill, ("auto", "rank", "value"))
         if not self.ppm_prior_strength > 0:
             raise ConfigError(
                 f"selection.ppm_prior_strength: {self.ppm_prior_strength}; rollouts a prediction "

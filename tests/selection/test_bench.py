@@ -90,6 +90,13 @@ def test_bench_records_invariants(tmp_path, cache_dir):
     assert pool["samplers"]["ppm"]["ppm_calibration_prompts"] > 0
     assert "compute_saved" in pool["samplers"]["ppm"]["allocation"]
     assert pool["samplers"]["ppm"]["score_records"] > 0
+    # candidates the PPM scored a step: 128, up to 512 while too few are informative (the
+    # pool's 200 at most); the other samplers score none
+    screened = [r["screened"] for r in t if r["sampler"] == "ppm" and r["step"] > 0]
+    assert all(128 <= n <= 200 for n in screened), screened
+    per_step = pool["samplers"]["ppm"]["candidates_per_step"]["mean"]
+    assert per_step == pytest.approx(sum(screened) / len(screened))
+    assert pool["samplers"]["uniform"]["candidates_per_step"]["mean"] == 0
     assert set(pool["samplers"]["ppm"]["final_by_family"]) == {"add", "sub"}
     q = pool["samplers"]["ppm"]["int8_scoring"]  # INT8 scoring's cost, on the same prompts
     assert 0 <= q["mean_abs_change"]["mean"] <= q["max_abs_change"]["mean"] < 0.1

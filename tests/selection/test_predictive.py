@@ -151,20 +151,21 @@ def test_scarce_informative_candidates_are_screened_for(candidate_max, min_scree
         assert np.mean(informative) < 0.3
 
 
-def test_a_shortfall_is_filled_with_the_likeliest_informative_not_the_hardest():
+@pytest.mark.parametrize("fill, hopeless", [("rank", 1), ("value", 0)])
+def test_a_shortfall_is_filled_by_rank_or_by_value(fill, hopeless):
     # no candidate reaches the threshold; predictions 0.02 (v 0.15, tilted 0.14) and 0.9 (v
-    # 0.57, tilted 0.006): the tilt would fill with the near-hopeless, whose groups are mostly
-    # all wrong (0.98^8 = 0.85); the fill takes the near-solved, likelier to teach
+    # 0.57, tilted 0.006): the tilted rank fills with the near-hopeless, whose groups are
+    # mostly all wrong (0.98^8 = 0.85); the value with the near-solved, likelier to teach
     pool = synthetic_pool(100)
     rates = {p.prompt_id: 0.02 if i % 2 else 0.9 for i, p in enumerate(pool)}
     emb = np.random.default_rng(0).standard_normal((100, 8))
     args = PredictiveArgs(uniform_share=0.0, candidate_pool=100, hard_tilt=2.0,
                           acquisition="expected", prior="skill", skill_gate=False,
-                          prior_strength=1e4)  # fmt: skip
+                          prior_strength=1e4, fill=fill)  # fmt: skip
     sel = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb).select_scored(0, 20)
-    assert all(int(p.answer) % 2 == 0 for p in sel.prompts)
+    assert {int(p.answer) % 2 for p in sel.prompts} == {hopeless}
     assert {r.reason for r in sel.records if r.selected} == {"below_threshold_fill"}
-    # among candidates at the threshold the tilt still orders: 0.3 (tilted 0.47) before 0.7
+    # among candidates at the threshold the tilt orders either way: 0.3 (tilted 0.47) first
     rates = {p.prompt_id: 0.3 if i % 2 else 0.7 for i, p in enumerate(pool)}
     sel = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb).select_scored(0, 20)
     assert all(int(p.answer) % 2 == 1 for p in sel.prompts)

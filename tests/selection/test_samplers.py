@@ -239,13 +239,22 @@ def test_build_sampler_takes_the_candidate_pool_from_the_config():
     pool = synthetic_pool(20)
     cfg = with_values(Config(), **{"selection.ppm_features": "text"})
     assert build_sampler(cfg, pool, None).args.candidate_pool == 128
-    assert build_sampler(cfg, pool, None).args.candidate_max == 512
-    big = with_values(cfg, **{"selection.ppm_candidates": 512,
-                              "selection.ppm_candidates_max": 0})  # fmt: skip
+    # screening beyond them by answer format (auto), or as set
+    cot = with_values(cfg, **{"data.format": "cot"})
+    assert build_sampler(cot, pool, None).args.candidate_max == 512
+    assert build_sampler(cot, pool, None).args.fill == "value"
+    assert build_sampler(cfg, pool, None).args.candidate_max == 0  # direct answers
+    assert build_sampler(cfg, pool, None).args.fill == "rank"
+    ranked = with_values(cot, **{"selection.ppm_fill": "rank"})
+    assert build_sampler(ranked, pool, None).args.fill == "rank"
+    with pytest.raises(ConfigError, match="selection.ppm_fill"):
+        with_values(Config(), **{"selection.ppm_fill": "hardest"})
+    big = with_values(cot, **{"selection.ppm_candidates": 512,
+                              "selection.ppm_candidates_max": 1024})  # fmt: skip
     # explicit sampler settings (the bench's, the scheduler's) keep their other fields
     s = build_sampler(big, pool, None, ppm_args=tuned_args())
     assert s.args.candidate_pool == 512 and s.args.hard_tilt == tuned_args().hard_tilt
-    assert s.args.candidate_max == 0
+    assert s.args.candidate_max == 1024
     with pytest.raises(ConfigError, match="selection.ppm_candidates"):
         with_values(Config(), **{"selection.ppm_candidates": 0})
     with pytest.raises(ConfigError, match="selection.ppm_candidates_max"):

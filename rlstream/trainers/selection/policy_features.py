@@ -48,6 +48,16 @@ CoT pools, Pearson r 0.91 / 0.92 (0.81 / 0.83), wasted share 0.69x / 0.74x of un
 0.70 / 0.91 (0.37 / 0.78), wasted 0.60x / 0.45x (0.82x / 0.61x), steps to the target 1.37x / -
 (0.88x), test-time compute saved 16% / 32% (0% / 0%). Kept per format: a format where another
 set wins can say so here."""
+FORMAT_TUNING = {"cot": {"candidate_max": 512, "fill": "value"},
+                 "direct": {"candidate_max": 0, "fill": "rank"}}  # fmt: skip
+"""The PPM sampler's screening and fill by data.format (selection.ppm_candidates_max=0,
+selection.ppm_fill=auto): with a chain of thought the confidence PPM ranks well (r 0.93) and
+informative prompts grow scarce (uniform's zero-variance share 0.61-0.71), so it scores 128
+more candidates at a time, up to 512, while fewer than a batch reach the informative
+threshold, and fills a shortfall with the likeliest informative: wasted share 0.54x -> 0.37x
+of uniform's (mixed pool) and 0.71x -> 0.37x (late pool), 5 seeds each. With direct answers
+(r 0.69, zero-variance share 0.22) screening cost steps (1.42x -> 1.14x to the target) and
+waste (0.52x -> 0.58x), and the value fill with it more (0.72x): off there (README)."""
 STATIC_FEATURES = ("minilm", "text")
 """Featurizers that read no policy: computed once per prompt; a PPM of only these needs no
 policy at all (the scheduler then follows no policy versions)."""
@@ -149,12 +159,12 @@ def reference_likelihood(
 
 
 def tuned_args() -> PredictiveArgs:
-    """The PPM-sampler settings tuned on the selection bench (see the README): 128 candidates,
-    up to 512 while informative ones are scarce, 40 fit steps; each family's prior strength fitted to its outcomes, candidates valued by
-    their posterior's expected informativeness with hard tilt 2, ranked over all families (not
-    per family), a 5% uniform share."""
-    return PredictiveArgs(candidate_pool=128, candidate_max=512, prior_strength=16,
-                          fit_steps=40, hard_tilt=2.0,
+    """The PPM-sampler settings tuned on the selection bench (see the README): 128 candidates
+    (more, and the fill, by answer format: FORMAT_TUNING), 40 fit steps; each family's prior
+    strength fitted to its outcomes, candidates valued by their posterior's expected
+    informativeness with hard tilt 2, ranked over all families (not per family), a 5% uniform
+    share."""
+    return PredictiveArgs(candidate_pool=128, prior_strength=16, fit_steps=40, hard_tilt=2.0,
                           acquisition="expected", prior="fit", stratify="none",
                           uniform_share=0.05)  # fmt: skip
 

@@ -5,14 +5,14 @@ Per step:
    exactly `uniform_share`), so no region starves even when its estimate collapsed;
 2. a candidate pool is drawn (and, while fewer than the batch's predicted picks reach
    ppm_threshold, another, up to `candidate_max`); the PPM predicts each candidate's pass rate
-   mu; a Beta posterior
-   per candidate combines that prediction as a prior worth k rollouts with the prompt's own
-   decayed outcomes. k is `prior` 'fit' (the default of the loops): per task family, the
-   strength under which the outcomes seen so far were likeliest given the predictions made
-   before them (a beta-binomial's maximum-likelihood concentration: how far true pass rates
-   scatter around a prediction of that family; measured on the CoT pool, 1 for chain, 3 for
-   mul, 8-32 for add and sub); or 'skill': `prior_strength` scaled by the PPM's prequential
-   Brier skill with `skill_gate` (a PPM no better than the mean pass rate leaves a weak prior);
+   mu; a Beta posterior per candidate combines that prediction as a prior worth k rollouts
+   with the prompt's own decayed outcomes. k is `prior` 'fit' (the default of the loops): per
+   task family, the strength under which the outcomes seen so far were likeliest given the
+   predictions made before them (a beta-binomial's maximum-likelihood concentration: how far
+   true pass rates scatter around a prediction of that family; measured on the CoT pool, 1
+   for chain, 3 for mul, 8-32 for add and sub); or 'skill': `prior_strength` scaled by the
+   PPM's prequential Brier skill with `skill_gate` (a PPM no better than the mean pass rate
+   leaves a weak prior);
 3. value v = the probability that a group of G is informative, 1 - theta^G - (1 - theta)^G
    (a zero-variance group has all-zero advantages and teaches nothing), with `acquisition`
    'expected' its expectation under the posterior in closed form (the predictive probability
@@ -28,7 +28,7 @@ Per step:
    r = v (1 - theta)^hard_tilt (with 'expected', its expectation; 0: r = v; the loops' 2
    leans to the hard-but-solvable side), d the cosine distance (halved, in [0, 1]) to the
    nearest prompt already picked this step, w = diversity_weight; a shortfall of candidates
-   at ppm_threshold is filled with r = v (the tilt would fill it with the near-hopeless).
+   at ppm_threshold is filled on r (`fill` 'rank') or on v ('value').
 """
 
 from __future__ import annotations
@@ -190,6 +190,10 @@ class PredictiveArgs:
     side of the informative band (a prompt the policy mostly fails but sometimes solves is
     where greedy accuracy and pass@k move; one it mostly solves is already right). Pays only
     with a PPM that separates hard-but-solvable from out of reach (see the bench report)"""
+    fill: str = "rank"
+    """how a shortfall of candidates at ppm_threshold is filled: 'rank' (the tilted rank, as
+    the informative picks: the hard side first) or 'value' (the likeliest informative first;
+    the tilt would fill with the near-hopeless, whose groups are mostly all wrong)"""
     stratify: str = "task"
     """split the predicted slots by 'task' family (in proportion to informative mass) or 'none'"""
     decay: float = 0.9
@@ -210,6 +214,8 @@ class PredictiveArgs:
             raise ValueError("fit_pooling must be >= 0 and fit_decay in [0, 1]")
         if self.acquisition not in ("thompson", "expected"):
             raise ValueError(f"acquisition is 'thompson' or 'expected'; got {self.acquisition!r}")
+        if self.fill not in ("rank", "value"):
+            raise ValueError(f"fill is 'rank' or 'value'; got {self.fill!r}")
         if self.stratify not in ("task", "none"):
             raise ValueError(f"stratify is 'task' or 'none'; got {self.stratify!r}")
         if not 0 <= self.diversity_weight <= 1 or not 0 <= self.uniform_share <= 1:
@@ -449,7 +455,7 @@ class PredictiveSampler(PoolSampler):
     ) -> tuple[list[int], list[bool]]:
         """Candidate indices (into pos) to train on: quotas per stratum by summed `value`, then
         MMR within each on `rank` (default: value) among those with value >= ppm_threshold,
-        then on `value` among the rest while picks are short."""
+        then among the rest (on `rank` or `value`, as `fill` says) while picks are short."""
         rank = value if rank is None else rank
         a, emb = self.args, self.embed(pos)
         strata = self.stratum[pos]
@@ -462,9 +468,7 @@ class PredictiveSampler(PoolSampler):
                 continue
             members = np.flatnonzero(strata == s)
             ok = value[members] >= a.ppm_threshold
-            # the tilt orders the informative candidates; a shortfall is filled by value (the
-            # tilt would fill it with the near-hopeless, whose groups are mostly all wrong)
-            r = np.where(ok, rank[members], value[members])
+            r = rank[members] if a.fill == "rank" else np.where(ok, rank[members], value[members])
             p, e = mmr_select(r, emb[members], int(q), a.diversity_weight, ok)
             picks += members[p].tolist()
             elig += e

@@ -64,6 +64,7 @@ def build_sampler(
     the loop can hand it the newest policy) with cfg.ppm_feature_spec(); `neighbourhood`
     and `embedder` as `make_policy_ppm_sampler` takes them."""
     from rlstream.trainers.selection.policy_features import (
+        FORMAT_TUNING,
         make_policy_ppm_sampler,
         reads_policy,
         tuned_args,
@@ -74,9 +75,10 @@ def build_sampler(
         sampler = make_selection_sampler(base, pool, cfg.seed)
         sampler.reads_policy = False
         return sampler
-    sel = cfg.selection
+    sel, tuning = cfg.selection, FORMAT_TUNING[cfg.data.format]
     args = replace(ppm_args or tuned_args(), candidate_pool=sel.ppm_candidates,
-                   candidate_max=sel.ppm_candidates_max,
+                   candidate_max=sel.ppm_candidates_max or tuning["candidate_max"],
+                   fill=tuning["fill"] if sel.ppm_fill == "auto" else sel.ppm_fill,
                    hard_tilt=sel.ppm_hard_tilt, prior_strength=sel.ppm_prior_strength,
                    acquisition=sel.ppm_acquisition, prior=sel.ppm_prior)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
