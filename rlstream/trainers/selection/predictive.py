@@ -416,7 +416,7 @@ class PredictiveSampler(PoolSampler):
                 )
         return Selection(chosen, recs)
 
-    def screen(self, n_pred: int):
+    def screen(self, n_pred: int) -> tuple[np.ndarray, ...]:
         """Candidates and their posteriors, values and ranks: candidate_pool of them, and while
         fewer than n_pred reach ppm_threshold, candidate_pool more, up to candidate_max (the
         scoring cost follows how scarce informative prompts are). Returns pos, alpha, beta,
