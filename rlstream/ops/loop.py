@@ -281,6 +281,8 @@ class ProcessUsage:
                 rss = proc.memory_info().rss / 2**20
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
+            if c.proc.poll() is not None:  # exited meanwhile: a zombie reads 0 bytes resident
+                continue
             out[c.name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(rss, 1)}
         return out
 
