@@ -321,6 +321,15 @@ class SelectionConfig:
     threshold: rank (as it ranks the informative ones, the hard side first), value (the
     likeliest informative first) or auto (by the answer format: value with a chain of
     thought, rank with direct answers; policy_features.FORMAT_TUNING)"""
+    ppm_explore_share: float | None = None
+    """share of each batch the ppm sampler spends checking candidates it predicts out of reach
+    (drawn uniformly among them), so its predictions stay calibrated where selection alone
+    never looks (test-time allocation relies on them). None: by the answer format
+    (policy_features.FORMAT_TUNING)"""
+    ppm_pseudo_count: float | None = None
+    """successes and as many failures the PPM's fit adds to every group (0.5: Jeffreys'
+    prior), so a prompt it has seen fail is predicted unlikely, not impossible. None: by the
+    answer format (policy_features.FORMAT_TUNING)"""
 
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the
@@ -355,6 +364,16 @@ class SelectionConfig:
         _choice("selection", "ppm_acquisition", self.ppm_acquisition, ("expected", "thompson"))
         _choice("selection", "ppm_prior", self.ppm_prior, ("fit", "skill"))
         _choice("selection", "ppm_fill", self.ppm_fill, ("auto", "rank", "value"))
+        if self.ppm_pseudo_count is not None and self.ppm_pseudo_count < 0:
+            raise ConfigError(
+                f"selection.ppm_pseudo_count: {self.ppm_pseudo_count}; observations, 0 or more "
+                "(0.5: Jeffreys' prior), or none (by the answer format)"
+            )
+        if self.ppm_explore_share is not None and not 0 <= self.ppm_explore_share <= 0.5:
+            raise ConfigError(
+                f"selection.ppm_explore_share: {self.ppm_explore_share}; a share of the batch in "
+                "[0, 0.5], or none (by the answer format)"
+            )
         if not self.ppm_prior_strength > 0:
             raise ConfigError(
                 f"selection.ppm_prior_strength: {self.ppm_prior_strength}; rollouts a prediction "

@@ -409,6 +409,8 @@ class Scheduler:
             log.info("the sampler is ready: %d prompts, policy version %d, PPM features %s",
                      len(self.pool), self.follower.policy.version,
                      self.cfg.ppm_feature_spec())  # fmt: skip
+            if hasattr(self.sampler, "describe"):
+                log.info("selection: %s", self.sampler.describe())
 
     def select(self, round_: int) -> list[Prompt]:
         """The sampler's picks. The PPM sampler first re-featurizes if a newer policy arrived

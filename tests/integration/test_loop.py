@@ -17,6 +17,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.ops.loop import _run_rows
 from rlstream.streams.policystore import stored_versions
+from rlstream.trainers.selection.policy_features import FORMAT_TUNING
 from rlstream.trainers.selection.predictive import STRENGTH_GRID
 from tests.integration.conftest import cli
 
@@ -305,6 +306,15 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
     assert figures["ppm_features"] == "confidence"
     log = (tmp_path / "loop-filter" / "logs" / "scheduler.log").read_text()
     assert "PPM features confidence" in log and "loaded policy version" in log
+    # and screens for informative prompts as chain-of-thought data is tuned to
+    # (policy_features.FORMAT_TUNING, through the same build_sampler as the benchmark)
+    tuning = FORMAT_TUNING["cot"]
+    assert (
+        f"128 candidates scored a round, up to {min(500, tuning['candidate_max'])} while "
+        f"informative ones are scarce; a shortfall filled by {tuning['fill']}"
+    ) in log
+    assert f"explore share {tuning['explore_share']:g}" in log
+    assert figures["scheduler_candidates_per_round"] >= 128
     # this barely pre-trained policy gets most prompts all wrong: the filter drops groups, up
     # to its cap of 2 rounds x P per batch, and then lets zero-variance groups fill the batch
     assert 0 < figures["filtered_groups"] <= STEPS * 2 * P

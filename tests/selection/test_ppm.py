@@ -90,6 +90,24 @@ def test_ppm_recovers_known_pass_rates_on_unseen_prompts(fitted):
     assert pearson_r(pred, p) >= 0.8 and np.mean((pred - p) ** 2) <= 0.03
 
 
+def test_pseudo_counts_keep_predictions_for_failed_prompts_off_zero():
+    # every group of 100 prompts all wrong, 30 times over: the plain fit drives the logits
+    # down without bound; pseudo-counts of 0.5 hold them at 0.5 / 9 = 0.056 (unseen prompts of
+    # the same kind measured 0.035-0.109, mean 0.06)
+    pool, _, feat, rng = _latent_world(n=200)
+    prompts, preds = pool[:100], {}
+    for c in (0.0, 0.5):
+        ppm = PromptPredictiveModel(PPMArgs(hidden=64, pseudo_count=c, seed=0), featurizer=feat)
+        for _ in range(30):
+            ppm.observe(prompts, np.zeros(100), np.full(100, 8))
+            ppm.fit(20)
+        preds[c] = ppm.predict(pool[100:])  # unseen prompts of the same family
+    assert preds[0.0].max() < 0.02
+    assert preds[0.5].min() > 0.02 and abs(preds[0.5].mean() - 0.5 / 9) < 0.02
+    with pytest.raises(ValueError, match="pseudo_count"):
+        PPMArgs(pseudo_count=-1)
+
+
 def test_int8_scoring_stays_close_to_float(fitted):
     ppm, unseen, _, _ = fitted
     err = quantization_error(ppm.net, torch.from_numpy(ppm.features(unseen)))

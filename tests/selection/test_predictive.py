@@ -3,6 +3,8 @@ and an end-to-end check that a learned PPM cuts zero-variance groups against uni
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -169,6 +171,34 @@ def test_a_shortfall_is_filled_by_rank_or_by_value(fill, hopeless):
     rates = {p.prompt_id: 0.3 if i % 2 else 0.7 for i, p in enumerate(pool)}
     sel = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb).select_scored(0, 20)
     assert all(int(p.answer) % 2 == 1 for p in sel.prompts)
+
+
+@pytest.mark.parametrize("explore", [0.0, 0.25])
+def test_the_explore_share_checks_candidates_predicted_out_of_reach(explore):
+    # thirds predicted out of reach (0.01), informative (0.5) and solved (0.99); B = 20 at
+    # explore share 0.25: 5 picks a step (exactly: a whole number) drawn among the out of
+    # reach, never the solved (predicted above the band); the other 15 are informative
+    pool = synthetic_pool(300)
+    rates = {p.prompt_id: (0.01, 0.5, 0.99)[i % 3] for i, p in enumerate(pool)}
+    emb = np.random.default_rng(0).standard_normal((300, 8))
+    args = PredictiveArgs(uniform_share=0.0, explore_share=explore, candidate_pool=300,
+                          prior="skill", skill_gate=False, prior_strength=64)  # fmt: skip
+    s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
+    for step in range(10):
+        sel = s.select_scored(step, 20)
+        kinds = Counter(int(p.answer) % 3 for p in sel.prompts)
+        reasons = Counter(r.reason for r in sel.records if r.selected)
+        assert kinds == Counter({0: 5 * (explore > 0), 1: 20 - 5 * (explore > 0)})
+        assert reasons["explore_low"] == kinds[0] and reasons["informative"] == kinds[1]
+        assert len({p.prompt_id for p in sel.prompts}) == 20
+    assert "explore share 0.25" in s.describe() or explore == 0
+
+
+def test_shares_of_the_batch_are_validated():
+    with pytest.raises(ValueError, match="explore_share"):
+        PredictiveArgs(uniform_share=0.6, explore_share=0.5)
+    with pytest.raises(ValueError, match="explore_share"):
+        PredictiveArgs(explore_share=-0.1)
 
 
 def test_learned_ppm_cuts_zero_variance_groups_vs_uniform():

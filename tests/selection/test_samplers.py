@@ -259,6 +259,17 @@ def test_build_sampler_takes_the_candidate_pool_from_the_config():
         with_values(Config(), **{"selection.ppm_candidates": 0})
     with pytest.raises(ConfigError, match="selection.ppm_candidates_max"):
         with_values(Config(), **{"selection.ppm_candidates_max": -1})
+    # checking what it predicts out of reach, and the PPM fit's pseudo-counts, likewise
+    assert build_sampler(cot, pool, None).args.explore_share == 0.05
+    assert build_sampler(cot, pool, None).ppm.args.pseudo_count == 0.5
+    assert build_sampler(cfg, pool, None).args.explore_share == 0.0
+    assert build_sampler(cfg, pool, None).ppm.args.pseudo_count == 0.0
+    set_ = with_values(cot, **{"selection.ppm_explore_share": 0, "selection.ppm_pseudo_count": 1})
+    assert build_sampler(set_, pool, None).args.explore_share == 0.0
+    assert build_sampler(set_, pool, None).ppm.args.pseudo_count == 1.0
+    for key, bad in (("ppm_explore_share", 0.9), ("ppm_pseudo_count", -0.5)):
+        with pytest.raises(ConfigError, match=f"selection.{key}"):
+            with_values(Config(), **{f"selection.{key}": bad})
 
 
 def test_build_sampler_takes_the_hard_tilt_from_the_config():

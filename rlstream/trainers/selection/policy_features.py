@@ -48,8 +48,10 @@ CoT pools, Pearson r 0.91 / 0.92 (0.81 / 0.83), wasted share 0.69x / 0.74x of un
 0.70 / 0.91 (0.37 / 0.78), wasted 0.60x / 0.45x (0.82x / 0.61x), steps to the target 1.37x / -
 (0.88x), test-time compute saved 16% / 32% (0% / 0%). Kept per format: a format where another
 set wins can say so here."""
-FORMAT_TUNING = {"cot": {"candidate_max": 512, "fill": "value"},
-                 "direct": {"candidate_max": 0, "fill": "rank"}}  # fmt: skip
+FORMAT_TUNING = {
+    "cot": {"candidate_max": 512, "fill": "value", "explore_share": 0.05, "pseudo_count": 0.5},
+    "direct": {"candidate_max": 0, "fill": "rank", "explore_share": 0.0, "pseudo_count": 0.0},
+}
 """The PPM sampler's screening and fill by data.format (selection.ppm_candidates_max=0,
 selection.ppm_fill=auto): with a chain of thought the confidence PPM ranks well (r 0.93) and
 informative prompts grow scarce (uniform's zero-variance share 0.61-0.71), so it scores 128
@@ -179,13 +181,15 @@ def make_policy_ppm_sampler(
     max_new_tokens: int,
     neighbourhood=None,
     embedder: Featurizer | None = None,
+    pseudo_count: float = 0.0,
 ) -> PredictiveSampler:
     """The PPM sampler reading `features` (of `policy()`, called at every scoring, so it can
     return a newer policy each time; call `sampler.ppm.refresh_features()` when it changes).
 
     `embedder` (default `static_featurizer(features)`) gives the prompt vectors picks are
     spread over and neighbours are found by; `neighbourhood` (default in memory) answers the
-    neighbourhood pass rates in that space (the streaming scheduler's reads its Qdrant)."""
+    neighbourhood pass rates in that space (the streaming scheduler's reads its Qdrant).
+    `pseudo_count`: the PPM fit's (PPMArgs.pseudo_count)."""
     T, n_new = temperature, max_new_tokens
     embedder = embedder or static_featurizer(features)
 
@@ -209,7 +213,8 @@ def make_policy_ppm_sampler(
                                      hidden_size(policy()))  # fmt: skip
 
     parts = [part(f) for f in features]
-    ppm = PromptPredictiveModel(PPMArgs(seed=seed), featurizer=ConcatFeaturizer(parts),
+    ppm = PromptPredictiveModel(PPMArgs(seed=seed, pseudo_count=pseudo_count),
+                                featurizer=ConcatFeaturizer(parts),
                                 neighbourhood=neighbourhood, keys=embedder)  # fmt: skip
     return PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=embedder(pool),
                              embedder=embedder)  # fmt: skip

@@ -5,11 +5,11 @@ history_features(attempts, successes, version gap, neighbourhood pass rate)] -> 
 -> sigmoid. Parameters are shared across prompts, so prompts never rolled out get a score from
 what similar prompts did. Trained online: every observed group (successes of n, with the
 features the prompt had *before* that rollout) joins a history buffer, and each `fit` takes a
-few Adam steps of the binomial likelihood over the whole buffer, recent observations weighted
-more (the policy drifts); an observation whose weight fell below MIN_RECENCY_WEIGHT is
-dropped, so the buffer (and a fit's cost) stays bounded on long runs. Calibration: Brier score
-and Pearson r on unseen prompts. Scoring can run on an INT8 dynamically quantized copy;
-`quantization_error` reports what that costs.
+few Adam steps of the binomial likelihood (optionally with pseudo-counts) over the whole buffer,
+recent observations weighted more (the policy drifts); an observation whose weight fell below
+MIN_RECENCY_WEIGHT is dropped, so the buffer (and a fit's cost) stays bounded on long runs.
+Calibration: Brier score and Pearson r on unseen prompts. Scoring can run on an INT8
+dynamically quantized copy; `quantization_error` reports what that costs.
 """
 
 from __future__ import annotations
@@ -126,6 +126,13 @@ class PPMArgs:
     """observations per gradient step"""
     fit_steps: int = 20
     """gradient steps per fit()"""
+    pseudo_count: float = 0.0
+    """pseudo-observations added to every group in the fit, this many successes and as many
+    failures (0.5: Jeffreys' prior): a group of 8 all wrong then pulls its prompt's prediction
+    to 0.5/9 = 0.056, not to 0. Without them a PPM that seldom sees prompts out of reach (a
+    sampler screening for informative ones rarely picks them) extrapolates its logits there:
+    on the late chain-of-thought pool it predicted under 0.01 for prompts 7% of whose samples
+    were right, and test-time allocation, trusting it, starved them"""
     recency: float = 0.98
     """weight of an observation decays by this factor per policy version (drift)"""
     max_history: int = 50_000
@@ -142,6 +149,8 @@ class PPMArgs:
     def __post_init__(self):
         if not self.featurizers:
             raise ValueError("the PPM needs at least one featurizer to score unseen prompts")
+        if self.pseudo_count < 0:
+            raise ValueError(f"pseudo_count counts observations, >= 0; got {self.pseudo_count}")
         if not 0 < self.recency <= 1:
             raise ValueError(f"recency is a per-version decay in (0, 1], got {self.recency}")
         if self.hidden < 1 or self.batch_size < 1 or self.fit_steps < 0:
@@ -241,7 +250,7 @@ class PromptPredictiveModel:
         if not self.s or steps == 0:
             return float("nan")
         x = torch.from_numpy(np.stack(self.x))
-        s, n = torch.tensor(self.s), torch.tensor(self.n)
+        s, n = torch.tensor(self.s) + a.pseudo_count, torch.tensor(self.n) + 2 * a.pseudo_count
         w = a.recency ** (self.policy_version - 1 - torch.tensor(self.ver, dtype=torch.float64))
         self.net.train()
         for _ in range(steps):

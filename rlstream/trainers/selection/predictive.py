@@ -2,7 +2,9 @@
 
 Per step:
 1. a minimum uniform share of the batch is drawn uniformly from the whole pool (expected share
-   exactly `uniform_share`), so no region starves even when its estimate collapsed;
+   exactly `uniform_share`), so no region starves even when its estimate collapsed; and
+   `explore_share` of it uniformly among the scored candidates predicted out of reach (below
+   the informative band), so the PPM's "hopeless" is checked where it would otherwise never be;
 2. a candidate pool is drawn (and, while fewer than the batch's predicted picks reach
    ppm_threshold, another, up to `candidate_max`); the PPM predicts each candidate's pass rate
    mu; a Beta posterior per candidate combines that prediction as a prior worth k rollouts
@@ -160,6 +162,11 @@ class PredictiveArgs:
     """weight of the distance-to-picked term in the greedy selection"""
     uniform_share: float = 0.1
     """expected share of each batch drawn uniformly from the whole pool"""
+    explore_share: float = 0.0
+    """expected share of each batch drawn uniformly from the scored candidates predicted below
+    the informative band (posterior mean under 1/2, value under ppm_threshold): the PPM's
+    claims of 'out of reach' are checked where selection alone never would, so it stays
+    calibrated there (test-time allocation spends on what it predicts hopeless)"""
     prior_strength: float = 4.0
     """rollouts the PPM prediction is worth as a Beta prior for a prompt"""
     prior: str = "skill"
@@ -218,8 +225,12 @@ class PredictiveArgs:
             raise ValueError(f"fill is 'rank' or 'value'; got {self.fill!r}")
         if self.stratify not in ("task", "none"):
             raise ValueError(f"stratify is 'task' or 'none'; got {self.stratify!r}")
-        if not 0 <= self.diversity_weight <= 1 or not 0 <= self.uniform_share <= 1:
-            raise ValueError("diversity_weight and uniform_share are weights in [0, 1]")
+        shares = (self.diversity_weight, self.uniform_share, self.explore_share)
+        if not all(0 <= w <= 1 for w in shares) or self.uniform_share + self.explore_share > 1:
+            raise ValueError(
+                "diversity_weight, uniform_share and explore_share are weights in [0, 1], the "
+                "two shares together at most 1"
+            )
         if self.prior_strength <= 0:
             raise ValueError("prior_strength must be > 0 (a Beta prior needs positive mass)")
         if self.fit_every < 1:
@@ -370,18 +381,25 @@ class PredictiveSampler(PoolSampler):
 
     def select_scored(self, step: int, batch_size: int) -> Selection:
         a = self.args
-        u = a.uniform_share * batch_size
-        n_uni = int(u) + int(self.rng.random() < u - int(u))
-        n_pred = batch_size - n_uni
+        n_uni = self.rounded(a.uniform_share * batch_size)
+        n_exp = min(self.rounded(a.explore_share * batch_size) if a.explore_share else 0,
+                    batch_size - n_uni)  # fmt: skip
+        n_pred = batch_size - n_uni - n_exp
         recs, chosen = [], []
-        if n_pred > 0:
-            pos, alpha, beta, value, rank = self.screen(n_pred)
-            picks, elig = self.pick(pos, value, n_pred, rank)
+        if n_pred + n_exp > 0:
+            pos, alpha, beta, value, rank = self.screen(max(n_pred, 1))
+            picks, elig = self.pick(pos, value, n_pred, rank) if n_pred else ([], [])
             mean, std = beta_mean_std(alpha, beta)
             reason = {
                 j: "informative" if e else "below_threshold_fill"
                 for j, e in zip(picks, elig, strict=True)
             }
+            low = np.flatnonzero((mean < 0.5) & (value < a.ppm_threshold))
+            low = low[~np.isin(low, picks)]
+            explore = (
+                self.rng.choice(low, min(n_exp, len(low)), replace=False) if n_exp else low[:0]
+            )
+            reason |= {int(j): "explore_low" for j in explore}
             for j, p in enumerate(pos):
                 recs.append(
                     make_record(
@@ -394,9 +412,9 @@ class PredictiveSampler(PoolSampler):
                         self.ppm.version,
                     )
                 )
-            chosen += [self.pool[pos[j]] for j in picks]
-            if len(picks) < n_pred:  # tiny pool: fill the rest uniformly
-                n_uni += n_pred - len(picks)
+            chosen += [self.pool[pos[j]] for j in [*picks, *explore.tolist()]]
+            # tiny pool or none predicted out of reach: the rest uniformly
+            n_uni += n_pred + n_exp - len(picks) - len(explore)
         if n_uni:
             upos = self.draw(n_uni)
             alpha, beta = self.posterior(upos)
@@ -415,6 +433,20 @@ class PredictiveSampler(PoolSampler):
                     )
                 )
         return Selection(chosen, recs)
+
+    def describe(self) -> str:
+        """The selection settings in a line (the scheduler logs it when the sampler is built)."""
+        a = self.args
+        most = min(len(self.pool), max(a.candidate_max, a.candidate_pool))
+        return (
+            f"{min(len(self.pool), a.candidate_pool)} candidates scored a round, up to {most} "
+            f"while informative ones are scarce; a shortfall filled by {a.fill}; uniform share "
+            f"{a.uniform_share:g}, explore share {a.explore_share:g}"
+        )
+
+    def rounded(self, x: float) -> int:
+        """x rounded up with probability its fraction (an expected share stays exact)."""
+        return int(x) + int(self.rng.random() < x - int(x))
 
     def screen(self, n_pred: int) -> tuple[np.ndarray, ...]:
         """Candidates and their posteriors, values and ranks: candidate_pool of them, and while

@@ -64,7 +64,6 @@ def build_sampler(
     the loop can hand it the newest policy) with cfg.ppm_feature_spec(); `neighbourhood`
     and `embedder` as `make_policy_ppm_sampler` takes them."""
     from rlstream.trainers.selection.policy_features import (
-        FORMAT_TUNING,
         make_policy_ppm_sampler,
         reads_policy,
         tuned_args,
@@ -75,17 +74,34 @@ def build_sampler(
         sampler = make_selection_sampler(base, pool, cfg.seed)
         sampler.reads_policy = False
         return sampler
-    sel, tuning = cfg.selection, FORMAT_TUNING[cfg.data.format]
+    tuning = format_tuning(cfg)
+    sel = cfg.selection
     args = replace(ppm_args or tuned_args(), candidate_pool=sel.ppm_candidates,
-                   candidate_max=sel.ppm_candidates_max or tuning["candidate_max"],
-                   fill=tuning["fill"] if sel.ppm_fill == "auto" else sel.ppm_fill,
-                   hard_tilt=sel.ppm_hard_tilt, prior_strength=sel.ppm_prior_strength,
-                   acquisition=sel.ppm_acquisition, prior=sel.ppm_prior)  # fmt: skip
+                   candidate_max=tuning["candidate_max"], fill=tuning["fill"],
+                   explore_share=tuning["explore_share"], hard_tilt=sel.ppm_hard_tilt,
+                   prior_strength=sel.ppm_prior_strength, acquisition=sel.ppm_acquisition,
+                   prior=sel.ppm_prior)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
-                                      neighbourhood=neighbourhood, embedder=embedder)  # fmt: skip
+                                      neighbourhood=neighbourhood, embedder=embedder,
+                                      pseudo_count=tuning["pseudo_count"])  # fmt: skip
     sampler.reads_policy = reads_policy(features)
     return sampler
+
+
+def format_tuning(cfg) -> dict:
+    """The PPM sampler's settings tuned by answer format (policy_features.FORMAT_TUNING), each
+    replaced where cfg.selection sets it: candidate_max, fill, explore_share, pseudo_count."""
+    from rlstream.trainers.selection.policy_features import FORMAT_TUNING
+
+    sel, auto = cfg.selection, FORMAT_TUNING[cfg.data.format]
+    given = {
+        "candidate_max": sel.ppm_candidates_max or None,
+        "fill": None if sel.ppm_fill == "auto" else sel.ppm_fill,
+        "explore_share": sel.ppm_explore_share,
+        "pseudo_count": sel.ppm_pseudo_count,
+    }
+    return {k: auto[k] if v is None else v for k, v in given.items()}
 
 
 def policy_moved(sampler) -> None:

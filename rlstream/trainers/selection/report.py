@@ -118,7 +118,11 @@ def load_arm(a, pool: str, sampler: str, seed: int):
 
 
 def config_dict(a) -> dict:
-    return asdict(a)
+    """The bench's arguments, and the PPM settings its answer format resolves to (the arms'
+    `ppm` arguments are replaced by them: registry.format_tuning)."""
+    from rlstream.trainers.selection.registry import format_tuning
+
+    return asdict(a) | {"ppm_format_tuning": format_tuning(a.train)}
 
 
 def _ms(d: dict, pct: bool = False, sign: bool = False, digits: int = 2) -> str:
