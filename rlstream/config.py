@@ -325,11 +325,12 @@ class SelectionConfig:
     """share of each batch the ppm sampler spends checking candidates it predicts out of reach
     (drawn uniformly among them), so its predictions stay calibrated where selection alone
     never looks (test-time allocation relies on them). None: by the answer format
-    (policy_features.FORMAT_TUNING)"""
+    (policy_features.FORMAT_TUNING: 0.05 with a chain of thought, 0 with direct answers)"""
     ppm_pseudo_count: float | None = None
     """successes and as many failures the PPM's fit adds to every group (0.5: Jeffreys'
     prior), so a prompt it has seen fail is predicted unlikely, not impossible. None: by the
-    answer format (policy_features.FORMAT_TUNING)"""
+    answer format (policy_features.FORMAT_TUNING: 0.5 with a chain of thought, 0 with direct
+    answers)"""
 
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the
