@@ -77,6 +77,7 @@ from rlstream.trainers.selection.policy_features import (
     static_featurizer,
     tuned_args,
 )
+from rlstream.trainers.selection.ppm import WarmStartError
 from rlstream.trainers.selection.registry import build_sampler
 
 log = logging.getLogger(__name__)
@@ -279,10 +280,6 @@ class EnvironmentState:
         self.store.close()
 
 
-class WarmStartError(ValueError):
-    """`selection.ppm_from` names a run whose state this run cannot start from."""
-
-
 def collection_name(run_id: str) -> str:
     return f"prompts-{run_id}"
 
@@ -347,9 +344,10 @@ class Scheduler:
         self.sampler = sampler
         ppm = getattr(sampler, "ppm", None)
         if self.warm is not None and self.saved is None and ppm is not None:
-            warm_start(ppm, self.warm)
-            log.info("the PPM starts from %s (%d observations, %d fits)",
-                     self.cfg.selection.ppm_from, len(ppm.s), ppm.version)  # fmt: skip
+            sampler.start_from(self.warm)
+            log.info("the PPM starts from %s (%d observations, %d fits, its predictions worth "
+                     "%.2f rollouts)", self.cfg.selection.ppm_from, len(ppm.s), ppm.version,
+                     sampler.prior_strength())  # fmt: skip
         self.warm = None
         if self.saved is not None:
             sampler.load_state_dict(self.saved["sampler"])
@@ -665,24 +663,6 @@ class Calibration:
         return out
 
 
-def warm_start(ppm, state: dict) -> None:
-    """Start a fresh PPM from another run's (`selection.ppm_from`): its network, optimiser and
-    observation history (ages kept relative to that run's end), not its per-prompt counters:
-    those described that run's policy. A PPM of other features cannot be started from it."""
-    theirs = state["net"]["mlp.0.weight"].shape[1]
-    if theirs != ppm.in_dim:
-        raise WarmStartError(
-            f"selection.ppm_from: that run's PPM read {theirs} features, this one reads "
-            f"{ppm.in_dim}; use the same selection.ppm_features"
-        )
-    ppm.net.load_state_dict(state["net"])
-    ppm.opt.load_state_dict(state["opt"])
-    end = state["policy_version"]
-    ppm.x, ppm.s, ppm.n = list(state["x"]), list(state["s"]), list(state["n"])
-    ppm.ver = [v - end for v in state["ver"]]  # <= 0: older than anything this run observes
-    ppm.version = state["version"]
-
-
 class RewardGroups:
     """Reward rows gathered per request into complete groups, each group once.
 
@@ -792,8 +772,9 @@ async def serve(cfg: Config, endpoints: Endpoints) -> None:
 
 
 PPM_EXPORT = ("state.pt", "prompts.parquet")
-"""What a finished PPM run leaves in <run dir>/ppm for `--ppm-from`: the PPM of its last
-scheduler snapshot and its Qdrant collection (id, vector, payload as JSON)."""
+"""What a finished PPM run leaves in <run dir>/ppm for `--ppm-from`: the PPM sampler's warm
+state in its last scheduler snapshot (the PPM, its skill and strength fit) and its Qdrant
+collection (id, vector, payload as JSON)."""
 
 
 def export_ppm(endpoints: Endpoints, run_id: str, directory: Path) -> bool:
@@ -807,11 +788,13 @@ def export_ppm(endpoints: Endpoints, run_id: str, directory: Path) -> bool:
     store, name = ObjectStore(endpoints), state_object(run_id)
     if not store.exists(name):
         return False
-    ppm = from_bytes(store.get_bytes(name))["sampler"].get("ppm")
-    if ppm is None:
+    sampler = from_bytes(store.get_bytes(name))["sampler"]
+    if "ppm" not in sampler:
         return False
+    # PredictiveSampler.warm_state: the PPM and what its predictions were worth
+    warm = {k: sampler[k] for k in ("ppm", "skill", "strength_fit", "group_size") if k in sampler}
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / PPM_EXPORT[0]).write_bytes(to_bytes(ppm))
+    (directory / PPM_EXPORT[0]).write_bytes(to_bytes(warm))
     vectors = VectorStore.open(endpoints, collection_name(run_id), 0, create=False)
     try:
         points = vectors.scroll_all() if vectors.exists() else []

@@ -388,7 +388,9 @@ def test_ppo_hybrid_reward_rules_a_trained_bpe_and_a_warm_ppm_reach_the_live_loo
     assert "algo: ppo" in config and "hybrid: true" in config  # the effective config is kept
     # its PPM started from loop-it's: the network, history and prompt collection
     log = (tmp_path / run_id / "logs" / "scheduler.log").read_text()
-    assert re.search(r"the PPM starts from \S+loop-it/ppm \(\d+ observations, [1-9]\d* fits\)", log)
+    # ... and how much its predictions were worth there (the sampler's fitted prior strength)
+    assert re.search(r"the PPM starts from \S+loop-it/ppm \(\d+ observations, [1-9]\d* fits, "
+                     r"its predictions worth [\d.]+ rollouts\)", log)  # fmt: skip
     assert re.search(r"[1-9]\d* prompt vectors of \S+ join this run's collection", log)
     trained = Tokenizer.load(tmp_path / run_id / "tokenizer")
     assert f"tokenizer: {tmp_path / run_id / 'tokenizer'}" in config

@@ -19,6 +19,7 @@ from rlstream.trainers.selection.bench import (
     summarize_saved,
 )
 from rlstream.trainers.selection.loop import ArmArgs, ArmResult
+from rlstream.trainers.selection.report import load_ppm_state
 
 TINY_TRAIN = with_values(
     bench_config(),
@@ -65,9 +66,9 @@ def tiny(out, cache_dir, **kw) -> BenchArgs:
 
 
 def test_bench_records_invariants(tmp_path, cache_dir):
-    s = run_bench(tiny(tmp_path, cache_dir, samplers="uniform,dapo,ppm", pool="default"))
+    s = run_bench(tiny(tmp_path, cache_dir, samplers="uniform,dapo,ppm,ppm@warm", pool="default"))
     t = pq.read_table(tmp_path / "records.parquet").to_pylist()
-    assert {r["sampler"] for r in t} == {"uniform", "dapo", "ppm"}
+    assert {r["sampler"] for r in t} == {"uniform", "dapo", "ppm", "ppm@warm"}
     for sampler in ("uniform", "dapo", "ppm"):
         rows = [r for r in t if r["sampler"] == sampler]
         assert [r["step"] for r in rows] == [0, 1, 2, 3]
@@ -106,6 +107,17 @@ def test_bench_records_invariants(tmp_path, cache_dir):
         fin = pool["samplers"]["ppm"]["to_uniform_final"]
         assert set(fin) >= {"steps", "rollouts", "reached", "step_speedup_vs_uniform"}
         assert fin["reached"].endswith("/1")
+    # the warm arm started from the ppm arm's final PPM (one seed: its own), kept beside it
+    source = load_ppm_state(tiny(tmp_path, cache_dir), "default", "ppm", 0)
+    warm = pool["warm_start"]["ppm@warm"]
+    (started,) = warm["sources"]
+    assert started["source"] == "ppm seed 0" and started["fits"] == source["ppm"]["version"]
+    assert started["observations"] == len(source["ppm"]["s"]) == 3 * 8  # 3 steps of 8 groups
+    assert started["prior_strength"] > 0 and source["strength_fit"]  # its trust came too
+    e = warm["early_wasted_rollouts"]
+    assert e["saved"]["mean"] == e["cold"]["mean"] - e["warm"]["mean"]
+    assert warm["steps_to_target"]["cold"] == pool["samplers"]["ppm"]["steps_to_target"]
+    assert "warm_start" not in pool["samplers"]["ppm"]  # floors stay the cold arm's
     assert (tmp_path / "accuracy_default.png").stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())["pools"]["default"]
     again = summarize_saved(tiny(tmp_path, cache_dir, samplers="uniform,dapo,ppm"), [tmp_path])
@@ -244,7 +256,7 @@ def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
     assert nothing.returncode == 2 and "no saved arms in" in nothing.stderr
     assert "Traceback" not in nothing.stderr
     # arms of another starting policy must not pass for more seeds of this one
-    fps = {json.loads(f.read_text())["start_policy"] for f in (tmp_path / "out/arms").glob("*")}
+    fps = {json.loads(f.read_text())["start_policy"] for f in (tmp_path / "out/arms").glob("*.json")}
     assert len(fps) == 2 and all(len(fp) == 12 for fp in fps)  # the default and late policies
     other = tmp_path / "other" / "arms"
     other.mkdir(parents=True)
@@ -308,3 +320,10 @@ def test_smoothed_crossings_ignore_one_noisy_evaluation():
     assert smooth[2]["greedy"] == pytest.approx((0.30 + 0.50 + 0.58) / 3)
     assert 12 < M.to_target(smooth, 0.56) < 14  # the trailing mean crosses between 12 and 14
     assert M.cost_to_target(smooth, 0.9, "step") == (14.0, False)  # a miss costs the budget
+
+
+def test_a_warm_arm_needs_its_cold_ppm_arm(tmp_path, cache_dir):
+    for samplers in ("uniform,ppm@warm", "uniform,greso,greso@warm"):
+        with pytest.raises(ValueError, match="starts from the final PPM"):
+            tiny(tmp_path, cache_dir, samplers=samplers)
+    assert tiny(tmp_path, cache_dir, samplers="uniform,ppm:text,ppm:text@warm").seeds == 1

@@ -144,6 +144,30 @@ def test_ppm_state_round_trip_predicts_identically(fitted):
     assert clone.version == ppm.version
 
 
+def test_a_warm_start_scores_unseen_prompts_as_the_source_and_forgets_its_counters(fitted):
+    """`--ppm-from` and the bench's `@warm` arms: network, optimiser and observations (aged
+    before this run) carry over, the source's per-prompt counters do not; carried neighbour
+    outcomes stand until this run's own replace them."""
+    ppm, unseen, _, _ = fitted
+    seen = next(iter(ppm.counts))
+    warm = PromptPredictiveModel(copy.deepcopy(ppm.args), featurizer=ppm.featurizer)
+    cold = PromptPredictiveModel(copy.deepcopy(ppm.args), featurizer=ppm.featurizer)
+    warm.start_from(copy.deepcopy(ppm.state_dict()), neighbours=True)
+    assert np.array_equal(warm.predict(unseen), ppm.predict(unseen))  # neither saw them
+    assert not np.allclose(cold.predict(unseen), ppm.predict(unseen))
+    assert len(warm.s) == len(ppm.s) and max(warm.ver) == ppm.ver[-1] - ppm.policy_version <= -1
+    assert warm.counts == {} and warm.policy_version == 0 and warm.version == ppm.version
+    nb = warm.neighbours
+    row = nb.row[seen]
+    assert nb.attempts[row] == ppm.neighbours.attempts[row] > 8  # the source's outcomes
+    prompt = next(q for q in synthetic_pool(600) if q.prompt_id == seen)  # the fixture's pool
+    warm.observe([prompt], [3], [8])
+    assert (nb.successes[row], nb.attempts[row]) == (3, 8)  # this run's own, not added on
+    other = PromptPredictiveModel(PPMArgs(hidden=256, use_history=False), featurizer=ppm.featurizer)
+    with pytest.raises(ValueError, match="read .* features, this one reads"):
+        other.start_from(ppm.state_dict())
+
+
 def test_the_history_buffer_keeps_only_observations_the_fit_still_weighs():
     """Bounded on long runs: at recency 0.98 an observation from before the last 342 observe() calls
     weighs under MIN_RECENCY_WEIGHT and is dropped; without decay, max_history bounds it."""

@@ -230,6 +230,48 @@ def test_learned_ppm_cuts_zero_variance_groups_vs_uniform():
     assert zero["uniform"] >= 0.6 and zero["ppm"] <= 0.6 * zero["uniform"], zero
 
 
+def test_a_warm_started_sampler_follows_its_predictions_from_its_first_pick():
+    """`--ppm-from` / the bench's `@warm` arms: the PPM and what its predictions were worth
+    (strength fit, skill) carry over, the per-prompt counts do not; a bare PPM state (exports
+    before 12-06) starts the PPM alone, its prior worth min_prior_strength rollouts. Measured
+    on the pool of the test above, the first 3 batches of 16: zero-variance share 0.71 cold,
+    0.35 warm, 0.27 with the PPM alone (its extreme predictions steer even a weak prior)."""
+    rng = np.random.default_rng(0)
+    n, d = 800, 6
+    pool = synthetic_pool(n)
+    kind = rng.choice(3, size=n, p=[0.45, 0.35, 0.20])
+    true_p = np.array([0.99, 0.01, 0.5])[kind]
+    z = (np.eye(d)[kind] + 0.3 * rng.standard_normal((n, d))).astype(np.float32)
+    row = {p.prompt_id: i for i, p in enumerate(pool)}
+    feat = HiddenStateFeaturizer(lambda ps: z[[row[p.prompt_id] for p in ps]], d)
+
+    def sampler(seed):
+        ppm = PromptPredictiveModel(PPMArgs(hidden=64, batch_size=128, seed=0), featurizer=feat)
+        return PredictiveSampler(pool, seed, PredictiveArgs(fit_steps=10), ppm)
+
+    def run(s, steps, seed=1):
+        r, flags = np.random.default_rng(seed), []
+        for step in range(steps):
+            prompts = s.select(step, 16)
+            rewards = bernoulli_rewards([true_p[row[p.prompt_id]] for p in prompts], 8, r)
+            s.update(prompts, rewards)
+            flags += [max(x) == min(x) for x in rewards]
+        return np.mean(flags)
+
+    source = sampler(0)
+    run(source, 25, seed=0)
+    state = source.warm_state()
+    assert set(state) == {"ppm", "skill", "strength_fit", "group_size"}
+    warm, alone, cold = sampler(1), sampler(1), sampler(1)
+    warm.start_from(state)
+    alone.start_from(state["ppm"])
+    assert warm.prior_strength() == source.prior_strength() > alone.prior_strength()
+    assert alone.prior_strength() == cold.prior_strength() == PredictiveArgs().min_prior_strength
+    assert warm.own_s.sum() == warm.own_f.sum() == 0 and warm.ppm.counts == {}
+    zero = {name: run(s, 3) for name, s in (("cold", cold), ("alone", alone), ("warm", warm))}
+    assert max(zero["warm"], zero["alone"]) <= 0.6 * zero["cold"], zero
+
+
 def test_skill_gate_keeps_an_unskilled_ppm_near_uniform_and_trusts_a_skilled_one():
     # a predictor that knows the true pass rates gains skill after one step and its prior
     # reaches near full strength; one that predicts 0.5 everywhere is no better than the mean

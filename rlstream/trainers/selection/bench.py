@@ -10,6 +10,10 @@ out-of-reach family (`late_extra`, default multiplication, which the corpus neve
 most groups are all-correct or all-wrong, as late in a real RLVR run.
 Target accuracy (per pool, unless `target_accuracy` is given): the starting accuracy plus
 `target_fraction` (0.9) of uniform's mean gain by the last step.
+Warm start: an arm named `<ppm arm>@warm` (`ppm@warm`) starts its PPM from the final state of
+that PPM arm's run with the next seed (the last seed's from the first's; with one seed, its
+own), as `rlstream run --ppm-from` starts from an earlier run: these arms run after every other
+arm of the pool, and the summary's `warm_start` compares them with the cold arm.
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ from rlstream.trainers.selection.registry import SELECTION_SAMPLERS
 
 BENCH_PRETRAIN_STEPS = 1000  # the published results' pre-training budget (cached checkpoints)
 BENCH_RL_LR = 1e-4  # the published results' RL learning rate (the main job's default is higher)
+WARM = "@warm"
+EARLY_STEPS = 5
+"""the first steps, where a cold PPM knows nothing yet: the warm start's saving is measured here"""
+
+
+def warm_source(name: str) -> str | None:
+    """The cold arm a `<arm>@warm` arm starts from ('ppm@warm' -> 'ppm'), None for others."""
+    return name[: -len(WARM)] if name.endswith(WARM) else None
 
 
 def bench_config() -> Config:
@@ -100,10 +112,16 @@ class BenchArgs:
         if "uniform" not in names:
             raise ValueError("the benchmark measures against uniform: keep it in --samplers")
         for name in names:
-            base, _ = arm_spec(name, self.train)
+            cold = warm_source(name)
+            base, _ = arm_spec(cold or name, self.train)
             if base not in SELECTION_SAMPLERS:
                 raise ValueError(
                     f"samplers: unknown {base!r}; known: {', '.join(sorted(SELECTION_SAMPLERS))}"
+                )
+            if cold is not None and (base != "ppm" or cold not in names):
+                raise ValueError(
+                    f"samplers: {name!r} starts from the final PPM of the {cold!r} arm: name a "
+                    f"ppm arm and keep it in --samplers (ppm,ppm{WARM})"
                 )
 
     @property
@@ -252,6 +270,9 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
             "reached_target": f"{reached}/{len(rs)}",
             "step_speedup_vs_uniform": M.ratio_of_means(cost(uni, "step"), cost(rs, "step")),
             "wasted_rollout_share": M.mean_std([M.wasted_share(r) for r in rs]),
+            "early_wasted_share": M.mean_std(
+                [M.wasted_share([M.spent_by(r, EARLY_STEPS)]) for r in rs]
+            ),  # fmt: skip
             "rollouts_total": M.mean_std([r[-1]["rollouts"] for r in rs]),
             "trained_rollouts_total": M.mean_std([r[-1]["trained_rollouts"] for r in rs]),
             "latency_per_step_s": M.mean_std([M.latency(r)["per_step_s"] for r in rs]),
@@ -284,7 +305,39 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
         f |= ppm_figures(runs[s], a)
         out["samplers"][s] = f
     out["floors"] = floors(out)
+    warm = {s: warm_figures(runs[warm_source(s)], runs[s], out) for s in runs if warm_source(s)}
+    if warm:
+        out["warm_start"] = warm
     return out
+
+
+def warm_figures(cold: list, warm: list, pool: dict) -> dict:
+    """What a warm start saves: its arms against the cold PPM arm's of the same seeds, over the
+    first EARLY_STEPS steps (where the cold PPM is still learning what the warm one knows) and
+    to the target."""
+    by_seed = {r.seed: r for r in cold}
+    pairs = [(by_seed[w.seed].rows, w.rows) for w in warm if w.seed in by_seed]
+    early = [(M.spent_by(c, EARLY_STEPS), M.spent_by(w, EARLY_STEPS)) for c, w in pairs]
+    fc, fw = pool["samplers"][cold[0].sampler], pool["samplers"][warm[0].sampler]
+    return {
+        "source": cold[0].sampler,
+        "sources": [w.warm_start for w in warm],
+        "early_steps": EARLY_STEPS,
+        "early_wasted_rollouts": {
+            "cold": M.mean_std([c["wasted"] for c, _ in early]),
+            "warm": M.mean_std([w["wasted"] for _, w in early]),
+            "saved": M.mean_std([c["wasted"] - w["wasted"] for c, w in early]),
+        },
+        "early_wasted_share": {"cold": fc["early_wasted_share"], "warm": fw["early_wasted_share"]},
+        "wasted_rollout_share": {
+            "cold": fc["wasted_rollout_share"],
+            "warm": fw["wasted_rollout_share"],
+        },
+        "steps_to_target": {"cold": fc["steps_to_target"], "warm": fw["steps_to_target"]},
+        "rollouts_to_target": {"cold": fc["rollouts_to_target"], "warm": fw["rollouts_to_target"]},
+        "final_accuracy": {"cold": fc["final_accuracy"], "warm": fw["final_accuracy"]},
+        "ppm_pearson_r": {"cold": fc["ppm_pearson_r"], "warm": fw["ppm_pearson_r"]},
+    }
 
 
 def ppm_figures(results: list, a: BenchArgs) -> dict:
@@ -405,23 +458,16 @@ def run_bench(a: BenchArgs) -> dict:
         results: dict[str, dict[str, list]] = {}
         for name, p in pools.items():
             results[name] = {s: [] for s in a.sampler_names}
-            start = policy_fingerprint(p["blob"])
-            for seed in range(a.seeds):  # seed-major: a run cut short still has every sampler
-                for sampler in a.sampler_names:
-                    res = report.load_arm(a, name, sampler, seed) if a.resume else None
-                    if res is not None and res.start_policy not in ("", start):
-                        raise ValueError(
-                            f"{a.out}/arms: {name} {sampler} seed {seed} was run from policy "
-                            f"{res.start_policy}, this pool starts from {start} (another "
-                            "checkpoint): resume into a new --out"
-                        )
-                    if res is None:
-                        cb = live.arm(name, sampler, seed)
-                        res = run_arm(p["blob"], p["pool"], p["eval"], sampler, seed, p["cfg"],
-                                      a.arm, cb)  # fmt: skip
-                        report.save_arm(a, name, res)
-                    results[name][sampler].append(res)
-                    live.done(name, res)
+            cold = [s for s in a.sampler_names if warm_source(s) is None]
+            warm = [s for s in a.sampler_names if warm_source(s) is not None]
+            # seed-major: a run cut short still has every sampler; warm arms last (their
+            # sources are the cold arms' final PPMs)
+            for samplers in (cold, warm):
+                for seed in range(a.seeds):
+                    for sampler in samplers:
+                        res = saved_or_run(a, live, name, p, sampler, seed)
+                        results[name][sampler].append(res)
+                        live.done(name, res)
     summary = {"config": report.config_dict(a), "wall_s": time.time() - t0, "pools": {}}
     for name, runs in results.items():
         check_one_start(name, [r for rs in runs.values() for r in rs])
@@ -429,6 +475,45 @@ def run_bench(a: BenchArgs) -> dict:
         summary["pools"][name]["pretrained_checkpoint_cached"] = pools[name]["cached"]
     report.write(a, results, summary)
     return summary
+
+
+def saved_or_run(a: BenchArgs, live, pool: str, p: dict, sampler: str, seed: int):
+    """One arm: its saved result (--resume) if it started from this pool's policy, else run."""
+    from rlstream.trainers.selection import report
+
+    start = policy_fingerprint(p["blob"])
+    res = report.load_arm(a, pool, sampler, seed) if a.resume else None
+    if res is not None and res.start_policy not in ("", start):
+        raise ValueError(
+            f"{a.out}/arms: {pool} {sampler} seed {seed} was run from policy "
+            f"{res.start_policy}, this pool starts from {start} (another checkpoint): resume "
+            "into a new --out"
+        )
+    if res is None:
+        res = run_arm(p["blob"], p["pool"], p["eval"], warm_source(sampler) or sampler, seed,
+                      p["cfg"], a.arm, live.arm(pool, sampler, seed),
+                      warm=warm_from(a, pool, sampler, seed))  # fmt: skip
+        res.sampler = sampler
+        report.save_arm(a, pool, res)
+    return res
+
+
+def warm_from(a: BenchArgs, pool: str, sampler: str, seed: int) -> tuple[str, dict] | None:
+    """(source, PPM state) a warm arm starts from: its cold arm's run with the next seed."""
+    from rlstream.trainers.selection import report
+
+    cold = warm_source(sampler)
+    if cold is None:
+        return None
+    src = (seed + 1) % a.seeds
+    state = report.load_ppm_state(a, pool, cold, src)
+    if state is None:
+        raise ValueError(
+            f"{a.out}/arms: {sampler} seed {seed} starts from the final PPM of {cold} seed "
+            f"{src}, which was not kept (an arm saved before PPM states were): delete "
+            f"{pool}_{cold}_{src}.json to run it again"
+        )
+    return f"{cold} seed {src}", state
 
 
 def summarize_saved(a: BenchArgs, dirs: list[str]) -> dict:

@@ -23,7 +23,8 @@ def register(bench_app: typer.Typer) -> None:
     def bench_selection(
         samplers: str = typer.Option(
             "uniform,dapo,greso,mopps,ppm,ppm:reference",
-            help="samplers to compare; ppm:<featurizers> is a PPM variant",
+            help="samplers to compare; ppm:<featurizers> is a PPM variant, <ppm arm>@warm that arm "
+            "warm-started from its final PPM of another seed (as --ppm-from)",
         ),
         seeds: int = typer.Option(3, help="seeds per sampler"),
         steps: int = typer.Option(None, help="RL steps per arm [default: 40; --quick 30]"),

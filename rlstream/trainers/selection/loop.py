@@ -75,6 +75,10 @@ class ArmResult:
     start_policy: str = ""
     """fingerprint of the policy the arm started from (policy_fingerprint): arms of one pool
     compare only when it is the same"""
+    warm_start: dict | None = None
+    """the PPM state this arm started from (its source arm, observations, fits), if any"""
+    ppm_state: dict | None = None
+    """the PPM sampler's final `warm_state` (kept beside the arm's JSON, not in it)"""
 
 
 def policy_fingerprint(blob: bytes) -> str:
@@ -99,11 +103,14 @@ def run_arm(
     a: ArmArgs | None = None,
     on_step=None,
     keep_policy: bool = False,
+    warm: tuple[str, dict] | None = None,
 ) -> ArmResult:
     """RL-train a copy of the policy in `blob` with one sampler; see the module docstring.
 
     cfg: the run's settings (rl.steps, rl.lr, ...; its seed is replaced by `seed`);
-    on_step(row) is called after every step (progress display)."""
+    on_step(row) is called after every step (progress display); warm: (source, PPM state) a
+    PPM arm starts from, with its neighbourhood (`PromptPredictiveModel.start_from`), as a
+    `--ppm-from` run's scheduler does."""
     a = a or ArmArgs()
     torch.set_num_threads(a.threads)
     cfg = Config(**{**cfg.__dict__, "seed": seed})
@@ -111,6 +118,13 @@ def run_arm(
     state.start_rl()
     sampler = build_sampler(cfg, pool, state.policy, name=sampler_name, ppm_args=a.ppm)
     res = ArmResult(sampler_name, seed, [], start_policy=policy_fingerprint(blob))
+    ppm = getattr(sampler, "ppm", None)
+    if warm is not None:
+        if ppm is None:
+            raise ValueError(f"sampler {sampler_name!r} has no PPM to warm-start")
+        sampler.start_from(warm[1], neighbours=True)
+        res.warm_start = {"source": warm[0], "observations": len(ppm.s), "fits": ppm.version,
+                          "prior_strength": sampler.prior_strength()}  # fmt: skip
     ev, _ = evaluate_heldout(state.policy(), eval_set, 0, cfg, seed)
     res.rows.append({"step": 0, "rollouts": 0, "wasted": 0, "trained_rollouts": 0} | ev)
     trained, steps = 0, cfg.rl.steps
@@ -145,6 +159,7 @@ def run_arm(
         if on_step is not None:
             on_step(row)
     res.policy = state.policy() if keep_policy else None
+    res.ppm_state = sampler.warm_state() if ppm is not None else None
     return res
 
 

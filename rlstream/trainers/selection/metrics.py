@@ -105,6 +105,12 @@ def phase_wasted_share(rows: list[dict], lo: float, hi: float) -> float:
     return (end["wasted"] - before["wasted"]) / spent if spent else 0.0
 
 
+def spent_by(rows: list[dict], step: int) -> dict:
+    """The row of `step` (the last one, for a shorter run): cumulative rollouts and waste."""
+    steps = [r for r in rows if r["step"] > 0]
+    return next((r for r in steps if r["step"] == step), steps[-1])
+
+
 def latency(rows: list[dict]) -> dict:
     """Mean seconds per step and per trained prompt; selection share of the step."""
     steps = [r for r in rows if r["step"] > 0]

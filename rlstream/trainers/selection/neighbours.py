@@ -56,6 +56,7 @@ class KnnNeighbourhood:
         self.vectors: list[np.ndarray] = []
         self.successes, self.attempts = np.zeros(0), np.zeros(0)
         self._matrix: np.ndarray | None = None
+        self.carried: set[str] = set()  # rows another run's outcomes fill until this one's come
 
     def add(self, ids: list[str], vectors: np.ndarray, successes, attempts) -> None:
         """Accumulate outcomes of prompts (a new id is inserted with its vector)."""
@@ -66,6 +67,9 @@ class KnnNeighbourhood:
                 self.successes = np.append(self.successes, 0.0)
                 self.attempts = np.append(self.attempts, 0.0)
                 self._matrix = None
+            if pid in self.carried:  # this run's own outcomes replace another run's
+                self.carried.discard(pid)
+                self.successes[self.row[pid]] = self.attempts[self.row[pid]] = 0.0
             self.successes[self.row[pid]] += s
             self.attempts[self.row[pid]] += n
 
@@ -98,11 +102,19 @@ class KnnNeighbourhood:
             "vectors": list(self.vectors),
             "s": self.successes.copy(),
             "n": self.attempts.copy(),
+            "carried": sorted(self.carried),
         }
 
     def load_state_dict(self, st: dict) -> None:
         self.row, self.vectors = dict(st["row"]), list(st["vectors"])
         self.successes, self.attempts, self._matrix = st["s"].copy(), st["n"].copy(), None
+        self.carried = set(st.get("carried", ()))
+
+    def carry(self, st: dict) -> None:
+        """Start from another run's outcomes (`state_dict`): neighbours read them until this
+        run rolls a prompt out, whose own outcomes then replace them."""
+        self.load_state_dict(st)
+        self.carried = set(self.row)
 
 
 @NEIGHBOURHOODS.register("qdrant")

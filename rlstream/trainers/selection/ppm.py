@@ -39,6 +39,10 @@ MIN_RECENCY_WEIGHT = 1e-3
 kept for the last 342 observe() calls; the next older weighs under 0.1% of the newest)."""
 
 
+class WarmStartError(ValueError):
+    """A PPM (`selection.ppm_from`, a selection bench `@warm` arm) cannot start from that state."""
+
+
 def binomial_nll(
     logits: torch.Tensor,
     successes: torch.Tensor,
@@ -275,6 +279,29 @@ class PromptPredictiveModel:
         if int8 is not None:
             net = quantize_int8(self.net) if int8 else self.net.eval()
         return torch.sigmoid(net(torch.from_numpy(self.features(prompts)))).numpy().astype(float)
+
+    def start_from(self, state: dict, neighbours: bool = False) -> None:
+        """Start this fresh PPM from another run's final `state_dict`: its network, optimiser
+        and observation history (ages kept relative to that run's end, so they weigh as older
+        than anything this run observes), not its per-prompt counters: those described that
+        run's policy. `neighbours`: also its neighbourhood's outcomes (an in-memory one: a
+        prompt this run rolls out then counts only its own, as a Qdrant collection carried
+        over by the scheduler does). A PPM of other features cannot start from it."""
+        theirs = state["net"]["mlp.0.weight"].shape[1]
+        if theirs != self.in_dim:
+            raise WarmStartError(
+                f"selection.ppm_from: that run's PPM read {theirs} features, this one reads "
+                f"{self.in_dim}; use the same selection.ppm_features"
+            )
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+        end = state["policy_version"]
+        self.x, self.s, self.n = list(state["x"]), list(state["s"]), list(state["n"])
+        self.ver = [v - end for v in state["ver"]]  # <= 0: older than anything observed here
+        self.version = state["version"]
+        if neighbours and state.get("neighbours") is not None:
+            self.neighbours.carry(state["neighbours"])
+        self._int8 = quantize_int8(self.net) if self.args.int8_scoring else None
 
     def state_dict(self) -> dict:
         return {

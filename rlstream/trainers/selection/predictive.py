@@ -535,9 +535,32 @@ class PredictiveSampler(PoolSampler):
     def load_extra_state(self, state: dict) -> None:
         self.own_s[:], self.own_f[:] = state["own_s"], state["own_f"]
         self.ppm.load_state_dict(state["ppm"])
+        self.group_size = state.get("group_size", self.group_size)
+        self._load_trust(state)
+
+    def _load_trust(self, state: dict) -> None:
+        """How much the PPM's predictions are worth: its skill and the strength fit."""
         # states saved before the skill gate existed restore with no skill measured yet
         self.err_ppm, self.err_base, self.seen_s, self.seen_n = state.get("skill", [0.0] * 4)
-        self.group_size = state.get("group_size", self.group_size)
         fit = state.get("strength_fit", {})  # none in states saved before the 'fit' prior
         self.strength_ll = {k: np.array(ll) for k, (ll, _) in fit.items()}
         self.strength_n = {k: float(n) for k, (_, n) in fit.items()}
+
+    def warm_state(self) -> dict:
+        """What another run's sampler starts from (`start_from`): the PPM and what its
+        predictions were found to be worth (skill, strength fit), not the per-prompt counts."""
+        state = self.extra_state()
+        return {k: state[k] for k in ("ppm", "skill", "strength_fit", "group_size")}
+
+    def start_from(self, state: dict, neighbours: bool = False) -> None:
+        """Start from another run's `warm_state` (`selection.ppm_from`, the bench's `@warm`
+        arms): the PPM (`PromptPredictiveModel.start_from`) and how far to trust it, so its
+        first picks already follow its predictions (a cold prior is worth min_prior_strength
+        rollouts: the first picks would hardly read them). A bare PPM state (exports before
+        12-06) starts the PPM alone."""
+        if "net" in state:
+            self.ppm.start_from(state, neighbours)
+            return
+        self.ppm.start_from(state["ppm"], neighbours)
+        self.group_size = state.get("group_size", self.group_size)
+        self._load_trust(state)

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from rlstream.trainers.checkpoint import from_bytes, to_bytes
 from rlstream.trainers.selection import metrics as M
 
 
@@ -104,9 +105,17 @@ def save_arm(a, pool: str, res) -> Path:
     in the run loses nothing measured."""
     path = Path(a.out) / "arms" / f"{pool}_{res.sampler}_{res.seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    keep = {k: v for k, v in res.__dict__.items() if k != "policy"}
+    keep = {k: v for k, v in res.__dict__.items() if k not in ("policy", "ppm_state")}
     path.write_text(json.dumps(keep, default=float))
+    if res.ppm_state is not None:  # what a warm arm (`ppm@warm`) starts from
+        path.with_suffix(".ppm.pt").write_bytes(to_bytes(res.ppm_state))
     return path
+
+
+def load_ppm_state(a, pool: str, sampler: str, seed: int) -> dict | None:
+    """A saved PPM arm's final PPM state, or None."""
+    path = Path(a.out) / "arms" / f"{pool}_{sampler}_{seed}.ppm.pt"
+    return from_bytes(path.read_bytes()) if path.exists() else None
 
 
 def load_arm(a, pool: str, sampler: str, seed: int):
@@ -260,6 +269,21 @@ def print_tables(summary: dict, seeds: int) -> None:
             con.print(
                 f"PPM Pearson r within task families ({name}, final held-out predictions, "
                 f"families' means removed): {_ms(wr)}"
+            )
+        for arm, w in fig.get("warm_start", {}).items():
+            e, k = w["early_wasted_rollouts"], w["early_steps"]
+            con.print(
+                f"warm start ({name}, {arm} from {w['source']}'s final PPM of another seed, "
+                f"same seeds): wasted rollouts in the first {k} steps {_ms(e['warm'], digits=0)} "
+                f"vs {_ms(e['cold'], digits=0)} cold (saved {_ms(e['saved'], digits=0)}); "
+                f"steps to the target {_ms(w['steps_to_target']['warm'])} vs "
+                f"{_ms(w['steps_to_target']['cold'])}, rollouts "
+                f"{_ms(w['rollouts_to_target']['warm'], digits=0)} vs "
+                f"{_ms(w['rollouts_to_target']['cold'], digits=0)}; wasted share "
+                f"{_ms(w['wasted_rollout_share']['warm'])} vs "
+                f"{_ms(w['wasted_rollout_share']['cold'])}; final "
+                f"{_ms(w['final_accuracy']['warm'], pct=True)} vs "
+                f"{_ms(w['final_accuracy']['cold'], pct=True)}"
             )
         q = fig["samplers"].get("ppm", {}).get("int8_scoring")
         if q:
