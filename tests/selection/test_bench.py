@@ -256,7 +256,8 @@ def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
     assert nothing.returncode == 2 and "no saved arms in" in nothing.stderr
     assert "Traceback" not in nothing.stderr
     # arms of another starting policy must not pass for more seeds of this one
-    fps = {json.loads(f.read_text())["start_policy"] for f in (tmp_path / "out/arms").glob("*.json")}
+    saved = (tmp_path / "out/arms").glob("*.json")
+    fps = {json.loads(f.read_text())["start_policy"] for f in saved}
     assert len(fps) == 2 and all(len(fp) == 12 for fp in fps)  # the default and late policies
     other = tmp_path / "other" / "arms"
     other.mkdir(parents=True)
