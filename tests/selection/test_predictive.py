@@ -201,16 +201,22 @@ def test_shares_of_the_batch_are_validated():
         PredictiveArgs(explore_share=-0.1)
 
 
-def test_learned_ppm_cuts_zero_variance_groups_vs_uniform():
-    """Late-training-like pool: 45% solved, 35% out of reach, 20% informative (hidden states)."""
+def _late_like_pool(n: int = 800, d: int = 6):
+    """45% solved, 35% out of reach, 20% informative, told apart by 'hidden states':
+    pool, true pass rates, row by prompt id, featurizer, and the rng that drew them."""
     rng = np.random.default_rng(0)
-    n, d = 800, 6
     pool = synthetic_pool(n)
     kind = rng.choice(3, size=n, p=[0.45, 0.35, 0.20])
     true_p = np.array([0.99, 0.01, 0.5])[kind]
     z = (np.eye(d)[kind] + 0.3 * rng.standard_normal((n, d))).astype(np.float32)
     row = {p.prompt_id: i for i, p in enumerate(pool)}
     feat = HiddenStateFeaturizer(lambda ps: z[[row[p.prompt_id] for p in ps]], d)
+    return pool, true_p, row, feat, rng
+
+
+def test_learned_ppm_cuts_zero_variance_groups_vs_uniform():
+    """Late-training-like pool: 45% solved, 35% out of reach, 20% informative (hidden states)."""
+    pool, true_p, row, feat, rng = _late_like_pool()
     ppm = PromptPredictiveModel(PPMArgs(hidden=64, batch_size=128, seed=0), featurizer=feat)
     samplers = {
         "uniform": UniformSelection(pool, 0),
@@ -236,14 +242,7 @@ def test_a_warm_started_sampler_follows_its_predictions_from_its_first_pick():
     before 12-06) starts the PPM alone, its prior worth min_prior_strength rollouts. Measured
     on the pool of the test above, the first 3 batches of 16: zero-variance share 0.71 cold,
     0.35 warm, 0.27 with the PPM alone (its extreme predictions steer even a weak prior)."""
-    rng = np.random.default_rng(0)
-    n, d = 800, 6
-    pool = synthetic_pool(n)
-    kind = rng.choice(3, size=n, p=[0.45, 0.35, 0.20])
-    true_p = np.array([0.99, 0.01, 0.5])[kind]
-    z = (np.eye(d)[kind] + 0.3 * rng.standard_normal((n, d))).astype(np.float32)
-    row = {p.prompt_id: i for i, p in enumerate(pool)}
-    feat = HiddenStateFeaturizer(lambda ps: z[[row[p.prompt_id] for p in ps]], d)
+    pool, true_p, row, feat, _ = _late_like_pool()
 
     def sampler(seed):
         ppm = PromptPredictiveModel(PPMArgs(hidden=64, batch_size=128, seed=0), featurizer=feat)
