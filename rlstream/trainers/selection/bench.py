@@ -10,8 +10,8 @@ out-of-reach family (`late_extra`, default multiplication, which the corpus neve
 most groups are all-correct or all-wrong, as late in a real RLVR run.
 Target accuracy (per pool, unless `target_accuracy` is given): the starting accuracy plus
 `target_fraction` (0.9) of uniform's mean gain by the last step.
-Warm start: an arm named `<ppm arm>@warm` (`ppm@warm`) starts its PPM from the final state of
-that PPM arm's run with the next seed (the last seed's from the first's; with one seed, its
+Warm start: an arm named `<ppm arm>@warm` (`ppm@warm`) starts its PPM sampler from the final
+state of that PPM arm's run with the next seed (the last seed's from the first's; with one seed, its
 own), as `rlstream run --ppm-from` starts from an earlier run: these arms run after every other
 arm of the pool, and the summary's `warm_start` compares them with the cold arm.
 """
@@ -272,7 +272,7 @@ def pool_figures(runs: dict[str, list], a: BenchArgs) -> dict:
             "wasted_rollout_share": M.mean_std([M.wasted_share(r) for r in rs]),
             "early_wasted_share": M.mean_std(
                 [M.wasted_share([M.spent_by(r, EARLY_STEPS)]) for r in rs]
-            ),  # fmt: skip
+            ),
             "rollouts_total": M.mean_std([r[-1]["rollouts"] for r in rs]),
             "trained_rollouts_total": M.mean_std([r[-1]["trained_rollouts"] for r in rs]),
             "latency_per_step_s": M.mean_std([M.latency(r)["per_step_s"] for r in rs]),
@@ -499,7 +499,8 @@ def saved_or_run(a: BenchArgs, live, pool: str, p: dict, sampler: str, seed: int
 
 
 def warm_from(a: BenchArgs, pool: str, sampler: str, seed: int) -> tuple[str, dict] | None:
-    """(source, PPM state) a warm arm starts from: its cold arm's run with the next seed."""
+    """(source, `PredictiveSampler.warm_state`) a warm arm starts from: its cold arm's run with
+    the next seed."""
     from rlstream.trainers.selection import report
 
     cold = warm_source(sampler)

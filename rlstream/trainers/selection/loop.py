@@ -76,7 +76,8 @@ class ArmResult:
     """fingerprint of the policy the arm started from (policy_fingerprint): arms of one pool
     compare only when it is the same"""
     warm_start: dict | None = None
-    """the PPM state this arm started from (its source arm, observations, fits), if any"""
+    """what this arm's PPM started from, if anything: source arm, observations, fits, the
+    prior strength its predictions carried"""
     ppm_state: dict | None = None
     """the PPM sampler's final `warm_state` (kept beside the arm's JSON, not in it)"""
 
@@ -108,8 +109,8 @@ def run_arm(
     """RL-train a copy of the policy in `blob` with one sampler; see the module docstring.
 
     cfg: the run's settings (rl.steps, rl.lr, ...; its seed is replaced by `seed`);
-    on_step(row) is called after every step (progress display); warm: (source, PPM state) a
-    PPM arm starts from, with its neighbourhood (`PromptPredictiveModel.start_from`), as a
+    on_step(row) is called after every step (progress display); warm: (source, another run's
+    `PredictiveSampler.warm_state`) a PPM arm starts from, with its neighbourhood, as a
     `--ppm-from` run's scheduler does."""
     a = a or ArmArgs()
     torch.set_num_threads(a.threads)

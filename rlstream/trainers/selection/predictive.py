@@ -555,9 +555,9 @@ class PredictiveSampler(PoolSampler):
     def start_from(self, state: dict, neighbours: bool = False) -> None:
         """Start from another run's `warm_state` (`selection.ppm_from`, the bench's `@warm`
         arms): the PPM (`PromptPredictiveModel.start_from`) and how far to trust it, so its
-        first picks already follow its predictions (a cold prior is worth min_prior_strength
-        rollouts: the first picks would hardly read them). A bare PPM state (exports before
-        12-06) starts the PPM alone."""
+        first picks follow its predictions (a prior worth min_prior_strength rollouts, a cold
+        one's, steers them only where predictions are extreme). A bare PPM state (exports
+        before 12-06) starts the PPM alone."""
         if "net" in state:
             self.ppm.start_from(state, neighbours)
             return
