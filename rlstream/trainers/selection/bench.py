@@ -319,6 +319,8 @@ def warm_figures(cold: list, warm: list, pool: dict) -> dict:
     pairs = [(by_seed[w.seed].rows, w.rows) for w in warm if w.seed in by_seed]
     early = [(M.spent_by(c, EARLY_STEPS), M.spent_by(w, EARLY_STEPS)) for c, w in pairs]
     fc, fw = pool["samplers"][cold[0].sampler], pool["samplers"][warm[0].sampler]
+    compared = ("early_wasted_share", "wasted_rollout_share", "steps_to_target",
+                "rollouts_to_target", "final_accuracy", "ppm_pearson_r")  # fmt: skip
     return {
         "source": cold[0].sampler,
         "sources": [w.warm_start for w in warm],
@@ -328,16 +330,7 @@ def warm_figures(cold: list, warm: list, pool: dict) -> dict:
             "warm": M.mean_std([w["wasted"] for _, w in early]),
             "saved": M.mean_std([c["wasted"] - w["wasted"] for c, w in early]),
         },
-        "early_wasted_share": {"cold": fc["early_wasted_share"], "warm": fw["early_wasted_share"]},
-        "wasted_rollout_share": {
-            "cold": fc["wasted_rollout_share"],
-            "warm": fw["wasted_rollout_share"],
-        },
-        "steps_to_target": {"cold": fc["steps_to_target"], "warm": fw["steps_to_target"]},
-        "rollouts_to_target": {"cold": fc["rollouts_to_target"], "warm": fw["rollouts_to_target"]},
-        "final_accuracy": {"cold": fc["final_accuracy"], "warm": fw["final_accuracy"]},
-        "ppm_pearson_r": {"cold": fc["ppm_pearson_r"], "warm": fw["ppm_pearson_r"]},
-    }
+    } | {k: {"cold": fc[k], "warm": fw[k]} for k in compared}
 
 
 def ppm_figures(results: list, a: BenchArgs) -> dict:

@@ -100,10 +100,15 @@ class Live:
         return cb
 
 
+def arm_path(a, pool: str, sampler: str, seed: int) -> Path:
+    """Where one arm's JSON lives: out/arms/<pool>_<sampler>_<seed>.json."""
+    return Path(a.out) / "arms" / f"{pool}_{sampler}_{seed}.json"
+
+
 def save_arm(a, pool: str, res) -> Path:
     """One finished arm as JSON (rows, calibration, allocation) under out/arms/: a crash later
     in the run loses nothing measured."""
-    path = Path(a.out) / "arms" / f"{pool}_{res.sampler}_{res.seed}.json"
+    path = arm_path(a, pool, res.sampler, res.seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     keep = {k: v for k, v in res.__dict__.items() if k not in ("policy", "ppm_state")}
     path.write_text(json.dumps(keep, default=float))
@@ -114,7 +119,7 @@ def save_arm(a, pool: str, res) -> Path:
 
 def load_ppm_state(a, pool: str, sampler: str, seed: int) -> dict | None:
     """A saved PPM arm's final PPM state, or None."""
-    path = Path(a.out) / "arms" / f"{pool}_{sampler}_{seed}.ppm.pt"
+    path = arm_path(a, pool, sampler, seed).with_suffix(".ppm.pt")
     return from_bytes(path.read_bytes()) if path.exists() else None
 
 
@@ -122,7 +127,7 @@ def load_arm(a, pool: str, sampler: str, seed: int):
     """A saved arm, or None."""
     from rlstream.trainers.selection.loop import ArmResult
 
-    path = Path(a.out) / "arms" / f"{pool}_{sampler}_{seed}.json"
+    path = arm_path(a, pool, sampler, seed)
     return ArmResult(**json.loads(path.read_text())) if path.exists() else None
 
 
