@@ -331,6 +331,12 @@ class SelectionConfig:
     prior), so a prompt it has seen fail is predicted unlikely, not impossible. None: by the
     answer format (policy_features.FORMAT_TUNING: 0.5 with a chain of thought, 0 with direct
     answers)"""
+    ppm_zero_shot: bool = True
+    """the PPM starts from its featurizer's own estimate of the pass rate (confidence: the
+    policy's probability of its greedy answer; reference: of the reference answer) and learns
+    the correction to it, so its first picks are informed before any outcome; false: it
+    starts from a random network (features without such an estimate, minilm, text, hidden,
+    always do)"""
 
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the

@@ -314,6 +314,8 @@ def test_filtering_zero_variance_groups_trains_only_informative_ones(stack_home,
         f"informative ones are scarce; a shortfall filled by {tuning['fill']}"
     ) in log
     assert f"explore share {tuning['explore_share']:g}" in log
+    # its first picks follow the policy's confidence before any outcome (selection.ppm_zero_shot)
+    assert "the PPM starts from its features' own pass-rate estimate (zero-shot)" in log
     assert figures["scheduler_candidates_per_round"] >= 128
     # this barely pre-trained policy gets most prompts all wrong: the filter drops groups, up
     # to its cap of 2 rounds x P per batch, and then lets zero-variance groups fill the batch

@@ -25,8 +25,8 @@ from rlstream.trainers.selection import (
     quantization_error,
     register_featurizer,
 )
-from rlstream.trainers.selection.features import HiddenStateFeaturizer
-from rlstream.trainers.selection.ppm import MIN_RECENCY_WEIGHT
+from rlstream.trainers.selection.features import ConcatFeaturizer, HiddenStateFeaturizer
+from rlstream.trainers.selection.ppm import BASE_CLIP, MIN_RECENCY_WEIGHT, WarmStartError
 from tests.selection.helpers import synthetic_pool
 
 
@@ -166,6 +166,38 @@ def test_a_warm_start_scores_unseen_prompts_as_the_source_and_forgets_its_counte
     other = PromptPredictiveModel(PPMArgs(hidden=256, use_history=False), featurizer=ppm.featurizer)
     with pytest.raises(ValueError, match="read .* features, this one reads"):
         other.start_from(ppm.state_dict())
+
+
+def test_a_zero_shot_ppm_predicts_its_base_rate_until_it_learns_the_correction():
+    """A featurizer column that estimates the pass rate itself (`confidence`: the policy's
+    probability of its greedy answer) is what a cold PPM predicts, clipped; the fit learns the
+    correction, here an overconfidence of one logit: the mean error on unseen prompts falls
+    below half (measured 0.18 -> 0.03). Without zero_shot the PPM starts from a random network;
+    the two cannot warm-start each other."""
+    rng = np.random.default_rng(0)
+    n = 600
+    pool = synthetic_pool(n)
+    true_p = rng.uniform(0.05, 0.95, n)
+    conf = 1 / (1 + np.exp(-(np.log(true_p / (1 - true_p)) + 1.0)))
+    x = np.c_[rng.standard_normal((n, 2)), conf].astype(np.float32)
+    row = {q.prompt_id: i for i, q in enumerate(pool)}
+    feat = HiddenStateFeaturizer(lambda ps: x[[row[q.prompt_id] for q in ps]], 3, base=2)
+    other = HiddenStateFeaturizer(lambda ps: np.zeros((len(ps), 4), np.float32), 4)
+    assert ConcatFeaturizer([other, feat]).base == 6 and ConcatFeaturizer([other]).base is None
+    ppm = PromptPredictiveModel(PPMArgs(hidden=64, seed=0), featurizer=feat)
+    unseen, p = pool[400:], true_p[400:]
+    np.testing.assert_allclose(
+        ppm.predict(unseen), np.clip(conf[400:], BASE_CLIP, 1 - BASE_CLIP), rtol=1e-5
+    )
+    before = np.abs(ppm.predict(unseen) - p).mean()
+    _fit_online(ppm, pool[:400], true_p[:400], rng)
+    after = np.abs(ppm.predict(unseen) - p).mean()
+    assert before > 0.08 and after < 0.5 * before, (before, after)
+    scratch = PromptPredictiveModel(PPMArgs(hidden=64, seed=0, zero_shot=False), featurizer=feat)
+    assert scratch.base is None
+    assert np.abs(scratch.predict(unseen) - conf[400:]).mean() > 0.1
+    with pytest.raises(WarmStartError, match="selection.ppm_zero_shot"):
+        scratch.start_from(ppm.state_dict())
 
 
 def test_the_history_buffer_keeps_only_observations_the_fit_still_weighs():

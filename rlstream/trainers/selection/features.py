@@ -115,10 +115,15 @@ class MiniLMFeaturizer:
 
 @register_featurizer("hidden")
 class HiddenStateFeaturizer:
-    """Pooled policy hidden states supplied by the caller: provider(prompts) -> (N, dim)."""
+    """Pooled policy hidden states supplied by the caller: provider(prompts) -> (N, dim).
 
-    def __init__(self, provider: Callable[[list[Prompt]], np.ndarray], dim: int):
-        self.provider, self.dim = provider, dim
+    `base`: the column that is itself an estimate of the pass rate, in [0, 1] (the policy's
+    probability of its greedy or the reference answer), which a PPM can start from."""
+
+    def __init__(
+        self, provider: Callable[[list[Prompt]], np.ndarray], dim: int, base: int | None = None
+    ):
+        self.provider, self.dim, self.base = provider, dim, base
 
     def __call__(self, prompts: list[Prompt]) -> np.ndarray:
         x = np.asarray(self.provider(prompts), dtype=np.float32)
@@ -154,6 +159,10 @@ class ConcatFeaturizer:
         if not parts:
             raise ValueError("ConcatFeaturizer needs at least one featurizer")
         self.parts, self.dim = parts, sum(p.dim for p in parts)
+        starts = np.cumsum([0] + [p.dim for p in parts])[:-1]
+        bases = [int(o) + p.base for o, p in zip(starts, parts, strict=True)
+                 if getattr(p, "base", None) is not None]  # fmt: skip
+        self.base = bases[0] if bases else None  # the first part's pass-rate estimate
 
     def __call__(self, prompts: list[Prompt]) -> np.ndarray:
         return np.concatenate([f(prompts) for f in self.parts], axis=1).astype(np.float32)

@@ -188,6 +188,7 @@ def make_policy_ppm_sampler(
     neighbourhood=None,
     embedder: Featurizer | None = None,
     pseudo_count: float = 0.0,
+    zero_shot: bool = True,
 ) -> PredictiveSampler:
     """The PPM sampler reading `features` (of `policy()`, called at every scoring, so it can
     return a newer policy each time; call `sampler.ppm.refresh_features()` when it changes).
@@ -195,7 +196,7 @@ def make_policy_ppm_sampler(
     `embedder` (default `static_featurizer(features)`) gives the prompt vectors picks are
     spread over and neighbours are found by; `neighbourhood` (default in memory) answers the
     neighbourhood pass rates in that space (the streaming scheduler's reads its Qdrant).
-    `pseudo_count`: the PPM fit's (PPMArgs.pseudo_count)."""
+    `pseudo_count`, `zero_shot`: the PPM's (PPMArgs)."""
     T, n_new = temperature, max_new_tokens
     embedder = embedder or static_featurizer(features)
 
@@ -212,14 +213,18 @@ def make_policy_ppm_sampler(
                 return embedder
             return CachedFeaturizer(MiniLMFeaturizer())
         if name == "reference":
-            return HiddenStateFeaturizer(lambda ps: reference_likelihood(policy(), ps, T, n_new), 3)
+            return HiddenStateFeaturizer(
+                lambda ps: reference_likelihood(policy(), ps, T, n_new), 3, base=0
+            )
         if name == "confidence":
-            return HiddenStateFeaturizer(lambda ps: greedy_confidence(policy(), ps, n_new), 3)
+            return HiddenStateFeaturizer(
+                lambda ps: greedy_confidence(policy(), ps, n_new), 3, base=0
+            )
         return HiddenStateFeaturizer(lambda ps: last_token_hidden(policy(), ps),
                                      hidden_size(policy()))  # fmt: skip
 
     parts = [part(f) for f in features]
-    ppm = PromptPredictiveModel(PPMArgs(seed=seed, pseudo_count=pseudo_count),
+    ppm = PromptPredictiveModel(PPMArgs(seed=seed, pseudo_count=pseudo_count, zero_shot=zero_shot),
                                 featurizer=ConcatFeaturizer(parts),
                                 neighbourhood=neighbourhood, keys=embedder)  # fmt: skip
     return PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=embedder(pool),

@@ -3,7 +3,9 @@
 features(prompt) = [featurizer(prompt) (text / sentence embedding / policy hidden states),
 history_features(attempts, successes, version gap, neighbourhood pass rate)] -> MLP (hidden 256)
 -> sigmoid. Parameters are shared across prompts, so prompts never rolled out get a score from
-what similar prompts did. Trained online: every observed group (successes of n, with the
+what similar prompts did. Where a featurizer's column estimates the pass rate itself (the
+policy's probability of its greedy answer), the MLP learns a correction to that column's logit
+and starts at none: before any outcome the PPM predicts it (a zero-shot prior). Trained online: every observed group (successes of n, with the
 features the prompt had *before* that rollout) joins a history buffer, and each `fit` takes a
 few Adam steps of the binomial likelihood (optionally with pseudo-counts) over the whole buffer,
 recent observations weighted more (the policy drifts); an observation whose weight fell below
@@ -81,10 +83,19 @@ def calibration(pred: np.ndarray, successes: np.ndarray, attempts: np.ndarray) -
     }
 
 
-class PPMNet(nn.Module):
-    """x (N, D) -> logit (N,): Linear-ReLU-Linear-ReLU-Linear."""
+BASE_CLIP = 0.02
+"""A zero-shot base rate is read in [BASE_CLIP, 1 - BASE_CLIP] (logits within +-3.9): a policy
+sure of its greedy answer is still wrong sometimes, and the network learns a bounded correction."""
 
-    def __init__(self, in_dim: int, hidden: int = 256):
+
+class PPMNet(nn.Module):
+    """x (N, D) -> logit (N,): Linear-ReLU-Linear-ReLU-Linear.
+
+    With `base` (a column of x that estimates the pass rate itself) the MLP learns a correction
+    to that column's logit, and starts at none (its output layer zero): before any
+    observation the PPM predicts the base rate, a zero-shot prior."""
+
+    def __init__(self, in_dim: int, hidden: int = 256, base: int | None = None):
         super().__init__()
         self.mlp = nn.Sequential(
             nn.Linear(in_dim, hidden),
@@ -93,9 +104,16 @@ class PPMNet(nn.Module):
             nn.ReLU(),
             nn.Linear(hidden, 1),
         )
+        self.base = base
+        if base is not None:
+            nn.init.zeros_(self.mlp[-1].weight)
+            nn.init.zeros_(self.mlp[-1].bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x).squeeze(-1)  # (N,)
+        out = self.mlp(x).squeeze(-1)  # (N,)
+        if self.base is None:
+            return out
+        return out + torch.logit(x[:, self.base].clamp(BASE_CLIP, 1 - BASE_CLIP))
 
 
 def quantize_int8(net: nn.Module) -> nn.Module:
@@ -145,6 +163,13 @@ class PPMArgs:
     """append history and neighbourhood features"""
     k_neighbours: int = 8
     """neighbours for the neighbourhood pass rate"""
+    zero_shot: bool = True
+    """where the featurizer has a column that estimates the pass rate itself (`confidence`: the
+    policy's probability of its own greedy answer; `reference`: of the reference answer),
+    predict that before any observation and learn the correction to it, instead of starting
+    from a random network's guesses: on the pre-trained chain-of-thought policy that column
+    alone has Pearson r 0.75 with 8-sample pass rates, and a first batch picked by it wastes
+    0.29 of its rollouts where a random one wastes 0.63"""
     int8_scoring: bool = False
     """score with an INT8 dynamically quantized copy (refreshed after each fit)"""
     seed: int = 0
@@ -181,8 +206,9 @@ class PromptPredictiveModel:
         self.featurizer, self.keys = featurizer, keys
         self.neighbours = neighbourhood or KnnNeighbourhood(a.k_neighbours)
         self.in_dim = featurizer.dim + (HISTORY_DIM if a.use_history else 0)
+        self.base = getattr(featurizer, "base", None) if a.zero_shot else None
         torch.manual_seed(a.seed)
-        self.net = PPMNet(self.in_dim, a.hidden)
+        self.net = PPMNet(self.in_dim, a.hidden, self.base)
         # fused: one kernel per step for all parameters, 26% off a fit on this machine's CPU
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=a.lr, weight_decay=a.weight_decay,
                                      fused=True)  # fmt: skip
@@ -293,6 +319,7 @@ class PromptPredictiveModel:
                 f"selection.ppm_from: that run's PPM read {theirs} features, this one reads "
                 f"{self.in_dim}; use the same selection.ppm_features"
             )
+        self._check_base(state)
         self.net.load_state_dict(state["net"])
         self.opt.load_state_dict(state["opt"])
         end = state["policy_version"]
@@ -303,8 +330,20 @@ class PromptPredictiveModel:
             self.neighbours.carry(state["neighbours"])
         self._int8 = quantize_int8(self.net) if self.args.int8_scoring else None
 
+    def _check_base(self, state: dict) -> None:
+        """A network learned as a correction to a zero-shot base rate predicts nonsense without
+        it, and one learned from scratch with it (states before 12-06 have no base)."""
+        theirs = state.get("base")
+        if theirs != self.base:
+            said = lambda b: "from scratch" if b is None else f"as a correction to column {b}"  # noqa: E731
+            raise WarmStartError(
+                f"selection.ppm_zero_shot: that PPM was learned {said(theirs)}, this one "
+                f"{said(self.base)}; use the same selection.ppm_zero_shot"
+            )
+
     def state_dict(self) -> dict:
         return {
+            "base": self.base,
             "net": self.net.state_dict(),
             "opt": self.opt.state_dict(),
             "gen": self.gen.get_state(),
@@ -321,6 +360,7 @@ class PromptPredictiveModel:
         }
 
     def load_state_dict(self, st: dict) -> None:
+        self._check_base(st)
         self.net.load_state_dict(st["net"])
         self.opt.load_state_dict(st["opt"])
         self.gen.set_state(st["gen"])

@@ -441,8 +441,10 @@ class PredictiveSampler(PoolSampler):
         return (
             f"{min(len(self.pool), a.candidate_pool)} candidates scored a round, up to {most} "
             f"while informative ones are scarce; a shortfall filled by {a.fill}; uniform share "
-            f"{a.uniform_share:g}, explore share {a.explore_share:g}"
-        )
+            f"{a.uniform_share:g}, explore share {a.explore_share:g}; the PPM starts from "
+            + ("its features' own pass-rate estimate (zero-shot)"
+               if getattr(self.ppm, "base", None) is not None else "a random network")
+        )  # fmt: skip
 
     def rounded(self, x: float) -> int:
         """x rounded up with probability its fraction (an expected share stays exact)."""

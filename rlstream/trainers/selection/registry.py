@@ -84,7 +84,8 @@ def build_sampler(
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder,
-                                      pseudo_count=tuning["pseudo_count"])  # fmt: skip
+                                      pseudo_count=tuning["pseudo_count"],
+                                      zero_shot=sel.ppm_zero_shot)  # fmt: skip
     sampler.reads_policy = reads_policy(features)
     return sampler
 
