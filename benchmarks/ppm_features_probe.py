@@ -6,7 +6,9 @@ This probe asks which features carry that signal, with the supervision taken out
 question: the pass rates of N pool prompts under the bench's pre-trained policy (k samples
 each), a ridge regression per feature set fitted on the first n prompts' k'-sample rates (the
 noisy targets a live PPM sees: a group of 8), Pearson r on the last quarter, overall and within
-families (each family's mean removed from predictions and rates).
+families (each family's mean removed from predictions and rates). A last line asks what the
+greedy answer's probability says with nothing fitted (the PPM's zero-shot prior): its r, and the
+zero-variance share of a first batch picked by it.
 
     python benchmarks/ppm_features_probe.py --summary benchmarks/results/selection-cot-mix.json
 
@@ -80,6 +82,34 @@ def within_r(pred, rate, task) -> float:
     return float(np.corrcoef(p, o)[0, 1])
 
 
+def first_batch_waste(score, rate, group, rng, candidates=128, batch=32, draws=2000) -> float:
+    """Expected zero-variance share of a first batch: the `batch` of `candidates` random pool
+    prompts that score highest, groups of `group` at the measured rates (mean of `draws`)."""
+    zero = rate**group + (1 - rate) ** group
+    out = []
+    for _ in range(draws):
+        c = rng.choice(len(rate), candidates, replace=False)
+        out.append(zero[c[np.argsort(-score[c], kind="stable")[:batch]]].mean())
+    return float(np.mean(out))
+
+
+def zero_shot(conf: np.ndarray, rate: np.ndarray, task: np.ndarray, group: int) -> dict:
+    """What the greedy answer's probability says with nothing fitted (the PPM's zero-shot prior,
+    `PPMArgs.zero_shot`): its r with the pass rates, and a first batch picked closest to 0.5
+    against one picked at random and one picked by the rates themselves."""
+    p, rng = conf[:, 0], np.random.default_rng(1)
+    informative = lambda q: 1 - q**group - (1 - q) ** group  # noqa: E731
+    return {
+        "r": float(np.corrcoef(p, rate)[0, 1]),
+        "within_r": within_r(p, rate, task),
+        "first_batch_waste": {
+            "random": first_batch_waste(rng.random(len(rate)), rate, group, rng),
+            "zero_shot": first_batch_waste(informative(p), rate, group, rng),
+            "oracle": first_batch_waste(informative(rate), rate, group, rng),
+        },
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--summary", required=True, help="a `bench selection --summary` JSON")
@@ -138,6 +168,16 @@ def main() -> None:
             f"{name:34s} {cost[name]:9.1f} "
             + " ".join(f"{o:6.2f}/{w:5.2f}" for o, w in row.values())
         )
+    zs = figures["zero_shot"] = zero_shot(
+        feats["confidence (one greedy decode)"], rate, task, a.group
+    )
+    w = zs["first_batch_waste"]
+    print(
+        f"\nzero-shot (the greedy answer's probability, nothing fitted): r {zs['r']:.2f} / "
+        f"within {zs['within_r']:.2f}; a first batch of 32 of 128 candidates wastes "
+        f"{w['zero_shot']:.2f} picked by it, {w['random']:.2f} at random, {w['oracle']:.2f} "
+        "picked by the true rates"
+    )
     if a.out:
         Path(a.out).write_text(json.dumps(figures, indent=1))
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import tarfile
 
 import pyarrow.parquet as pq
 import pytest
@@ -18,7 +20,7 @@ from rlstream.trainers.selection.bench import (
     run_bench,
     summarize_saved,
 )
-from rlstream.trainers.selection.loop import ArmArgs, ArmResult
+from rlstream.trainers.selection.loop import ArmArgs, ArmResult, policy_fingerprint
 from rlstream.trainers.selection.report import load_ppm_state
 
 TINY_TRAIN = with_values(
@@ -307,6 +309,26 @@ def test_arms_from_different_starting_policies_are_refused():
         check_one_start("default", [arm(0, "aa", 0.4), arm(1, "bb", 0.4)])
     with pytest.raises(ValueError, match="seed 1"):  # saved before fingerprints: step 0 differs
         check_one_start("default", [arm(0, "", 0.4), arm(1, "", 0.4, add=0.75)])
+
+
+def test_a_policy_pre_trained_again_keeps_its_fingerprint():
+    """The fingerprint reads the policy's files, not the tar's headers: the same files written
+    at another time (a checkpoint pre-trained again on a new machine) match, other bytes not."""
+
+    def tar(files: dict[str, bytes], mtime: int) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime = len(data), mtime
+                t.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    files = {"model.safetensors": b"weights", "config.json": b"{}"}
+    first, again = tar(files, 1_000), tar(dict(reversed(files.items())), 2_000)
+    assert first != again and policy_fingerprint(first) == policy_fingerprint(again)
+    other = tar({**files, "model.safetensors": b"weightz"}, 1_000)
+    assert policy_fingerprint(other) != policy_fingerprint(first)
 
 
 def test_smoothed_crossings_ignore_one_noisy_evaluation():

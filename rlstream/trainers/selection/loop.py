@@ -15,6 +15,8 @@ rate those samples observe.
 from __future__ import annotations
 
 import hashlib
+import io
+import tarfile
 import time
 from dataclasses import dataclass, field
 
@@ -83,8 +85,16 @@ class ArmResult:
 
 
 def policy_fingerprint(blob: bytes) -> str:
-    """The first 12 hex digits of the policy bytes' SHA-256."""
-    return hashlib.sha256(blob).hexdigest()[:12]
+    """The first 12 hex digits of a SHA-256 over the policy's files, names and contents in name
+    order (`policy_to_bytes`' tar): the same weights give the same fingerprint however often
+    they are pre-trained again, while a hash of the tar itself changes with its headers' file
+    times (arms saved before 12-06 carry that one)."""
+    h = hashlib.sha256()
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        for member in sorted((m for m in tar.getmembers() if m.isfile()), key=lambda m: m.name):
+            h.update(member.name.encode() + b"\0")
+            h.update(tar.extractfile(member).read())
+    return h.hexdigest()[:12]
 
 
 def evaluate_heldout(policy: Policy, prompts: list[Prompt], k: int, cfg: Config, seed: int):
