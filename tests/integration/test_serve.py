@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -186,6 +187,8 @@ def test_the_web_view_shows_a_live_run_its_report_and_its_rollouts(server, submi
         page.select_option("#filters select[name=task]", task)
         page.fill("#filters input[name=max_reward]", "0.5")
         page.click("#filters button")
+        # a GET form: read the rows of the filtered page, not of the one it is leaving
+        page.wait_for_url(re.compile(r"[?&]max_reward=0\.5"))
         cells = page.locator("#rollouts tbody td.task").all_inner_texts()
         rewards = [float(r) for r in page.locator("#rollouts tbody td.reward").all_inner_texts()]
         assert cells and set(cells) == {task} and max(rewards) <= 0.5
