@@ -171,7 +171,7 @@ class PPMArgs:
     from a random network's guesses: on the pre-trained chain-of-thought policy that column
     alone has Pearson r 0.76 with 16-sample pass rates, and a first batch picked by it wastes
     0.24 of its rollouts where a random one wastes 0.59 (benchmarks/ppm_features_probe.py);
-    on the selection bench the first batch wasted a third to a half less on every pool"""
+    on the selection bench the first batch wasted a quarter to three fifths less on every pool"""
     int8_scoring: bool = False
     """score with an INT8 dynamically quantized copy (refreshed after each fit)"""
     seed: int = 0
