@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.records_to_delete import RecordsToDelete
 
-from rlstream.ops.stack import EmbeddedStack
+from rlstream.ops.stack.embedded import EmbeddedStack
 
 RECORD = b"x" * 1024
 TOPICS = {

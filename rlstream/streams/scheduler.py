@@ -58,6 +58,7 @@ import numpy as np
 
 from rlstream import metrics
 from rlstream.config import Config
+from rlstream.config.selection import check_features
 from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
@@ -72,7 +73,6 @@ from rlstream.trainers.experience import RowLimits, RowRefused, keep_rows_of_run
 from rlstream.trainers.selection import records_to_batch
 from rlstream.trainers.selection.neighbours import QdrantNeighbourhood
 from rlstream.trainers.selection.policy_features import (
-    check_features,
     reads_policy,
     static_featurizer,
     tuned_args,

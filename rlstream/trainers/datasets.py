@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlstream.schemas import RowError, make_event_id, prepare_row
 from rlstream.trainers.envs import TASKS, Prompt, TaskMix, get_task, sample_prompts, split_of
 from rlstream.trainers.envs.cot import in_format
-from rlstream.trainers.lm import EOS, Tokenizer, load_tokenizer
+from rlstream.trainers.modelpath import EOS
+
+if TYPE_CHECKING:  # the tokenizer brings torch: `rlstream publish` checks rows without it
+    from rlstream.trainers.lm import Tokenizer
 
 HELDOUT_SALT = 0  # split_of seed for carving user datasets: independent of the run's seed
 
@@ -230,6 +234,8 @@ def local_view(cfg) -> tuple[DatasetView, dict[str, list]]:
     from rlstream.schemas import get
 
     name, view, bad = dataset_name(cfg), DatasetView(dataset_name(cfg), cfg.data.heldout_frac), {}
+    from rlstream.trainers.lm import load_tokenizer
+
     tok, room = load_tokenizer(cfg.model), cfg.model.block_size - cfg.rl.max_new_tokens
     if cfg.data.prompts is None:
         prompts = generated_prompt_rows(cfg, name)
@@ -289,6 +295,8 @@ def with_tokenizer(cfg, directory: Path):
     kind, size = parse_tokenizer(cfg.model.tokenizer, resolve_path(cfg.model.path)[0])
     if kind != "bpe":
         return cfg
+    from rlstream.trainers.lm import Tokenizer
+
     Tokenizer.bpe(train_texts(cfg), size).save(directory)
     return replace(cfg, model=replace(cfg.model, tokenizer=str(Path(directory).resolve())))
 

@@ -17,7 +17,6 @@ at the default budget.
 
 from __future__ import annotations
 
-import string
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,11 +25,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rlstream.trainers.modelpath import PRESET_NAMES, parse_lora, parse_tokenizer, resolve_path
-
-PAD, EOS = "<pad>", "\n"  # the char tokenizer's pad token and end of a document / completion
-BPE_EOS = "<|endoftext|>"  # a trained BPE's end of sequence (a newline still ends a completion)
-CHARS = string.printable[:95]  # printable ASCII: every character the built-in tasks write
+from rlstream.trainers.modelpath import (
+    BPE_EOS,
+    CHARS,
+    EOS,
+    PAD,
+    PRESET_NAMES,
+    parse_lora,
+    parse_tokenizer,
+    resolve_path,
+)
 
 
 class Tokenizer:

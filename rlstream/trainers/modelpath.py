@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
+PAD, EOS = "<pad>", "\n"  # the char tokenizer's pad token and end of a document / completion
+BPE_EOS = "<|endoftext|>"  # a trained BPE's end of sequence (a newline still ends a completion)
+CHARS = string.printable[:95]  # printable ASCII: every character the built-in tasks write
 PRESET_NAMES = ("tiny", "tiny-llama", "qwen2-0.5b")  # lm.PRESETS builds them
 
 

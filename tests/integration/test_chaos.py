@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from rlstream.ops.chaos import FAULT_KINDS
+from rlstream.ops.reliability.chaos import FAULT_KINDS
 from tests.integration.conftest import cli
 from tests.integration.test_loop import SMALL
 

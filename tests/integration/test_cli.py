@@ -151,3 +151,33 @@ def test_tail_and_replay_show_an_undecodable_message_with_its_reason(stack_home,
     summary = tmp_path / "replay.json"
     cli("replay", "corpus", "--out", str(tmp_path / "c.parquet"), "--summary", str(summary))
     assert json.loads(summary.read_text())["bad_messages"] >= 1
+
+
+LIGHT_CLI = """
+import atexit, sys
+HEAVY = ("torch", "transformers", "sentence_transformers")
+atexit.register(lambda: print("heavy:", [m for m in HEAVY if m in sys.modules], file=sys.stderr))
+from rlstream.cli import main
+sys.argv = ["rlstream", *sys.argv[1:]]
+main()
+"""
+
+
+def test_stream_commands_run_without_torch_or_transformers(stack_home, tmp_path):
+    """`--help`, `stack`, `publish`, `topics` and `tail` start light (no torch to import)."""
+    import subprocess
+    import sys
+
+    rows = tmp_path / "light.jsonl"
+    rows.write_text(json.dumps({"text": "12+7=", "task": "numeric", "answer": "19"}) + "\n")
+    for args in (
+        ["--help"],
+        ["stack", "status"],
+        ["publish", str(rows), "--dataset", "light"],
+        ["topics"],
+        ["tail", "prompts", "--limit", "1"],
+    ):
+        result = subprocess.run([sys.executable, "-c", LIGHT_CLI, *args], capture_output=True,
+                                text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 0, (args, result.stderr)
+        assert "heavy: []" in result.stderr, (args, result.stderr.splitlines()[-1])

@@ -13,11 +13,11 @@ from collections import Counter, defaultdict
 import pytest
 import yaml
 
+from rlstream.config.selection import FORMAT_TUNING
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.ops.loop import _run_rows
+from rlstream.ops.launcher.loop import _run_rows
 from rlstream.streams.policystore import stored_versions
-from rlstream.trainers.selection.policy_features import FORMAT_TUNING
 from rlstream.trainers.selection.predictive import STRENGTH_GRID
 from tests.integration.conftest import cli
 
@@ -584,7 +584,7 @@ def test_ctrl_c_stops_the_run_its_children_and_its_embedded_stack_and_resume_fin
     import psutil
 
     from rlstream.connectors.endpoints import ENDPOINT_VARIABLES
-    from rlstream.ops.childrun import Live
+    from rlstream.ops.launcher.childrun import Live
 
     env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARIABLES}
     env |= {"RLSTREAM_HOME": str(tmp_path / "home"), "RLSTREAM_SESSION_TIMEOUT_MS": "6000"}

@@ -259,7 +259,7 @@ def test_any_user_file_is_published_or_reported_row_by_row(stack_home, tmp_path,
 
     from rlstream.connectors.endpoints import Endpoints
     from rlstream.connectors.reading import read_rows_where
-    from rlstream.ops.publish import publish_file, verifier_check
+    from rlstream.ops.commands.publish import publish_file, verifier_check
 
     dataset = f"prop-{random.getrandbits(40):x}"
     path = tmp_path / f"{dataset}.{fmt}"

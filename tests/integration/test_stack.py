@@ -7,8 +7,8 @@ import os
 import signal
 import time
 
-from rlstream.ops import procs
-from rlstream.ops.stackctl import read_state
+from rlstream.ops.stack import procs
+from rlstream.ops.stack.supervisor import read_state
 from tests.integration.conftest import cli
 
 
@@ -92,8 +92,8 @@ def test_a_follower_reads_every_record_once_across_a_broker_kill(tmp_path):
 
     from rlstream.connectors.kafka import EventProducer
     from rlstream.connectors.reading import follow_run
-    from rlstream.ops.stack import EmbeddedStack
-    from rlstream.ops.watch import RunWatcher
+    from rlstream.ops.launcher.watch import RunWatcher
+    from rlstream.ops.stack.embedded import EmbeddedStack
     from rlstream.schemas import get, rows_to_batch
 
     evals, run_id, n = get("eval_results"), "follow-kill", 40

@@ -164,8 +164,8 @@ def test_a_killed_assembler_recovers_its_half_joined_groups_on_a_durable_stack(t
     tables only up to it (`rlstream chaos` lost a group so)."""
     from aiokafka import TopicPartition
 
-    from rlstream.ops.stack import EmbeddedStack
-    from rlstream.ops.topics import committed_offsets, highwaters
+    from rlstream.ops.commands.topics import committed_offsets, highwaters
+    from rlstream.ops.stack.embedded import EmbeddedStack
 
     run_id, app_id, n = f"recover-{time.time_ns()}", f"rlstream-recover-{time.time_ns()}", 8
     groups = _rollout_groups(run_id, n)

@@ -147,7 +147,7 @@ def test_bad_files_are_config_errors(tmp_path):
 def test_describe_documents_every_leaf():
     rows = describe(Config)
     names = [name for name, _, _ in rows]
-    assert names == list(all_leaves()) and len(names) == len(set(names))
+    assert names == list(all_leaves(Config)) and len(names) == len(set(names))
     undocumented = [name for name, _, doc in rows if not doc.strip()]
     assert undocumented == [], f"settings without a docstring: {undocumented}"
     defaults = {name: default for name, default, _ in rows}

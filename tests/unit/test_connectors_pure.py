@@ -14,7 +14,7 @@ from rlstream.connectors.deadletter import dead_letter_batch
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.files import UnsupportedFile, read_rows
 from rlstream.connectors.kafka import partition_for, split_by_partition
-from rlstream.ops.replay import BadTime, parse_time
+from rlstream.ops.commands.replay import BadTime, parse_time
 from rlstream.schemas import NotArrow, decode, encode, get
 from tests.unit.samples import sample_batch
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from rlstream.config import Config
-from rlstream.ops import fuzz
+from rlstream.ops.reliability import fuzz
 from rlstream.schemas import DecodeError, decode
 from rlstream.streams.rollout_worker import request_problem
 from rlstream.trainers.experience import RowLimits, keep_rows_of_run, row_problem

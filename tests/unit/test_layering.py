@@ -48,3 +48,63 @@ def test_metrics_sit_below_connectors_and_streams():
 def test_no_second_sampler_registry_or_config_copy():
     assert not (ROOT / "trainers" / "samplers.py").exists()
     assert not (ROOT / "streams" / "config.py").exists()
+
+
+def module_graph() -> dict[str, set[str]]:
+    """rlstream's modules (package faces left out) -> the rlstream modules each imports, at
+    module level or inside a function (a lazy import still ties the two)."""
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        if path.name == "__init__.py":
+            continue
+        mods[name] = path
+    graph = {}
+    for name, path in mods.items():
+        targets = set()
+        for imported in imports(str(path.relative_to(ROOT))):
+            while imported and imported not in mods:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def test_no_import_circles():
+    graph = module_graph()
+    state: dict[str, int] = {}
+    circles = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circles.append(trail[trail.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not circles, "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_config_names_no_sampler_module():
+    """Sampler names are checked against a registry that fills itself on first use."""
+    for path in ROOT.glob("config/*.py"):
+        names = imports(str(path.relative_to(ROOT)))
+        assert not any(n.startswith("rlstream.trainers.selection") for n in names), path.name
+
+
+def test_the_command_line_imports_only_light_modules_at_start():
+    """Each command imports what it runs inside its body; at module level the CLI package
+    reads nothing below connectors but the config and the stack's plumbing."""
+    for path in ROOT.glob("cli/*.py"):
+        tree = ast.parse(path.read_text())
+        top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+        lines = [ast.unparse(n) for n in top]
+        heavy = [s for s in lines if any(w in s for w in ("torch", "trainers", "streams"))]
+        assert not heavy, (path.name, heavy)

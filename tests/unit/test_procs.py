@@ -12,7 +12,7 @@ import psutil
 CHILD = textwrap.dedent(
     """
     import subprocess, sys, time
-    from rlstream.ops import procs
+    from rlstream.ops.stack import procs
 
     sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
     plain = subprocess.Popen(sleep)
@@ -54,7 +54,7 @@ def test_a_process_started_with_interrupts_ignored_heeds_them_again():
     script = textwrap.dedent(
         """
         import signal, sys, time
-        from rlstream.ops import procs
+        from rlstream.ops.stack import procs
 
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # as `cmd &` in a script
         procs.heed_interrupts()

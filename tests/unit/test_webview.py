@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlstream.ops.webview import ReviewFilter, _parsed, join_rollouts, render_report
+from rlstream.ops.api.webview import ReviewFilter, _parsed, join_rollouts, render_report
 
 
 def _rollout(request_id, idx, version, task="add", completion="5"):

@@ -9,6 +9,7 @@ flawed worked solution makes (INFRA.md: random wrong answers leave greedy accura
 from __future__ import annotations
 
 import hashlib
+import importlib
 import random
 from dataclasses import asdict, dataclass
 from typing import Protocol
@@ -74,16 +75,20 @@ def register_task(family: TaskFamily) -> TaskFamily:
     return family
 
 
+FAMILY_MAKERS = {
+    "rg": "rlstream.trainers.envs.rgym:rgym_family",
+    "cot": "rlstream.trainers.envs.cot:cot_family",
+}
+"""Families built on first use from a prefixed name (`rg:gcd`, `cot:add`): prefix ->
+`module:function(name)`, imported by name so this module imports none of its plug-ins."""
+
+
 def get_task(name: str) -> TaskFamily:
     """Look a family up by name; `rg:<dataset>` builds a reasoning-gym adapter on first use."""
-    if name not in TASKS and name.startswith("rg:"):
-        from rlstream.trainers.envs.rgym import ReasoningGymTask
-
-        register_task(ReasoningGymTask(name.removeprefix("rg:")))
-    if name not in TASKS and name.startswith("cot:"):
-        from rlstream.trainers.envs.cot import cot_family
-
-        register_task(cot_family(name))
+    prefix = name.partition(":")[0]
+    if name not in TASKS and prefix in FAMILY_MAKERS:
+        module, maker = FAMILY_MAKERS[prefix].split(":")
+        register_task(getattr(importlib.import_module(module), maker)(name))
     if name not in TASKS:
         raise KeyError(
             f"unknown task family {name!r}; known: {sorted(TASKS)}, cot:<task> or rg:<dataset>"

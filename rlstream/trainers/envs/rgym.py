@@ -71,3 +71,8 @@ def export_rows(name: str, size: int, seed: int) -> list[dict]:
 
     def flawed_answer(self, prompt: Prompt) -> str | None:
         return None
+
+
+def rgym_family(name: str) -> ReasoningGymTask:
+    """The family of `rg:<dataset>`."""
+    return ReasoningGymTask(name.removeprefix("rg:"))

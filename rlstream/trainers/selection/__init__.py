@@ -10,6 +10,7 @@ a shared checkpoint (policies.py builds and caches it), metrics.py turns the per
 into RESEARCH.md's figures, bench.py orchestrates pools/arms/seeds, report.py prints and writes.
 """
 
+from rlstream.registry import SELECTION_SAMPLERS, register_sampler
 from rlstream.trainers.selection.allocation import (
     allocate_samples,
     compare_allocations,
@@ -50,11 +51,7 @@ from rlstream.trainers.selection.ppm import (
 )
 from rlstream.trainers.selection.predictive import PredictiveArgs, PredictiveSampler, mmr_select
 from rlstream.trainers.selection.records import ScoreRecord, Selection, records_to_batch
-from rlstream.trainers.selection.registry import (
-    SELECTION_SAMPLERS,
-    make_selection_sampler,
-    register_sampler,
-)
+from rlstream.trainers.selection.registry import make_selection_sampler
 
 __all__ = [
     "FEATURIZERS",

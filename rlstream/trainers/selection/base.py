@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlstream.registry import register_sampler
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.records import Selection, make_record
-from rlstream.trainers.selection.registry import register_sampler
 
 
 @dataclass(frozen=True)

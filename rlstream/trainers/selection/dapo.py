@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlstream.registry import register_sampler
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.base import GroupOutcome, PoolSampler
 from rlstream.trainers.selection.records import Selection, make_record
-from rlstream.trainers.selection.registry import register_sampler
 
 
 def is_zero_variance(rewards: list[float], eps: float = 1e-6) -> bool:

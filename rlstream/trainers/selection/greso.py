@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlstream.registry import register_sampler
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.base import GroupOutcome, PoolSampler
 from rlstream.trainers.selection.records import Selection, make_record
-from rlstream.trainers.selection.registry import register_sampler
 
 
 def greso_skip_probability(streak: np.ndarray, p: np.ndarray | float) -> np.ndarray:

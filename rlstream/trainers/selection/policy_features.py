@@ -15,7 +15,6 @@ The labelled variant that reads the reference answer:
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -37,35 +36,6 @@ from rlstream.trainers.selection.features import (
 from rlstream.trainers.selection.ppm import PPMArgs, PromptPredictiveModel
 from rlstream.trainers.selection.predictive import PredictiveArgs, PredictiveSampler
 
-PPM_FEATURES = ("minilm", "text", "hidden", "confidence", "reference")
-AUTO_FEATURES = {"cot": "confidence", "direct": "confidence"}
-"""selection.ppm_features=auto by data.format: the best reference-free set the selection bench
-measured for each (README). The probability of the policy's own greedy answer separates
-prompts within a task family where a sentence embedding and one hidden state need far more
-history (`benchmarks/ppm_features_probe.py`). Against minilm,hidden, 3 seeds each: mixed / late
-CoT pools, Pearson r 0.91 / 0.92 (0.81 / 0.83), wasted share 0.69x / 0.74x of uniform's (0.76x
-/ 0.86x), test-time compute saved 29% / 30% (0%); direct default / late pools, 5 seeds, r
-0.70 / 0.91 (0.37 / 0.78), wasted 0.60x / 0.45x (0.82x / 0.61x), steps to the target 1.37x / -
-(0.88x), test-time compute saved 16% / 32% (0% / 0%). Kept per format: a format where another
-set wins can say so here."""
-FORMAT_TUNING = {
-    "cot": {"candidate_max": 512, "fill": "value", "explore_share": 0.05, "pseudo_count": 0.5},
-    "direct": {"candidate_max": 0, "fill": "rank", "explore_share": 0.0, "pseudo_count": 0.0},
-}
-"""The PPM sampler's screening, fill, explore share and fit pseudo-counts by data.format
-(where selection.ppm_candidates_max=0, ppm_fill=auto, ppm_explore_share and ppm_pseudo_count
-none): with a chain of thought the confidence PPM ranks well (r 0.93) and
-informative prompts grow scarce (uniform's zero-variance share 0.61-0.71), so it scores 128
-more candidates at a time, up to 512, while fewer than a batch reach the informative
-threshold, and fills a shortfall with the likeliest informative: wasted share 0.54x -> 0.37x
-of uniform's (mixed pool) and 0.71x -> 0.37x (late pool), 5 seeds each. With direct answers
-(r 0.69, zero-variance share 0.22) screening cost steps (1.42x -> 1.14x to the target) and
-waste (0.52x -> 0.58x), and the value fill with it more (0.72x): off there (README).
-Screened, the CoT PPM saw the prompts out of reach too seldom and its logits ran away there
-(under 0.01 where 7% of samples were right), so with a chain of thought its fit also takes
-Jeffreys pseudo-counts (0.5) and 5% of each batch checks candidates it predicts out of reach:
-test-time allocation 19.8% -> 25.9% (mixed) and 10.4% -> 24.3% (late) saved, waste 0.42x /
-0.41x (selection.ppm_pseudo_count, selection.ppm_explore_share; registry.format_tuning)."""
 STATIC_FEATURES = ("minilm", "text")
 """Featurizers that read no policy: computed once per prompt; a PPM of only these needs no
 policy at all (the scheduler then follows no policy versions)."""
@@ -81,17 +51,6 @@ def static_featurizer(features: list[str]) -> Featurizer:
     (spreading picks over policy features would push them to the uninformative extremes)."""
     static = [f for f in features if f in STATIC_FEATURES] or ["text"]
     return CachedFeaturizer(MiniLMFeaturizer() if static[0] == "minilm" else TextFeaturizer())
-
-
-def check_features(spec: str) -> list[str]:
-    """The featurizer names in a spec separated by ',' or '+' (an arm in a comma-separated
-    sampler list: `ppm:minilm+hidden`); an unknown one is a ValueError."""
-    names = [f.strip() for f in re.split(r"[,+]", spec) if f.strip()]
-    if not names or not set(names) <= set(PPM_FEATURES):
-        raise ValueError(
-            f"ppm_features: separated by ',' or '+', from {', '.join(PPM_FEATURES)}; got {spec!r}"
-        )
-    return names
 
 
 def hidden_size(policy: Policy) -> int:

@@ -41,12 +41,12 @@ from typing import Protocol
 import numpy as np
 from scipy.special import betaln
 
+from rlstream.registry import register_sampler
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.base import GroupOutcome, PoolSampler
 from rlstream.trainers.selection.mopps import beta_mean_std
 from rlstream.trainers.selection.ppm import PPMArgs, PromptPredictiveModel
 from rlstream.trainers.selection.records import Selection, make_record
-from rlstream.trainers.selection.registry import register_sampler
 
 STRENGTH_GRID = np.geomspace(0.25, 256.0, 31)
 """prior strengths (rollouts) the 'fit' prior chooses among: 0.25 (a prediction says little

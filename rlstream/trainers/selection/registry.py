@@ -10,20 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from rlstream.registry import Registry
+from rlstream.registry import SELECTION_SAMPLERS
 from rlstream.trainers.envs import Prompt
-
-SELECTION_SAMPLERS = Registry("selection sampler")
-
-
-def register_sampler(name: str):
-    """Class decorator that adds a sampler under `name` (and sets `cls.name`)."""
-
-    def add(cls: type) -> type:
-        cls.name = name
-        return SELECTION_SAMPLERS.register(name)(cls)
-
-    return add
 
 
 def make_selection_sampler(name: str, pool: list[Prompt], seed: int = 0, **kwargs: Any):
@@ -31,18 +19,10 @@ def make_selection_sampler(name: str, pool: list[Prompt], seed: int = 0, **kwarg
     return SELECTION_SAMPLERS.lookup(name)(pool, seed, **kwargs)
 
 
-def loop_samplers() -> list[str]:
-    """Samplers a loop draws its batches from. DAPO's dynamic sampling is not one of them: it
-    is a filter over any sampler (`rl.filter_zero_variance`); `dapo` is a benchmark arm."""
-    import rlstream.trainers.selection  # noqa: F401  (registers every sampler)
-
-    return sorted(n for n in SELECTION_SAMPLERS if n != "dapo")
-
-
 def split_arm(name: str, default_features: str) -> tuple[str, list[str]]:
     """A sampler spec and its PPM featurizers: 'ppm:confidence' -> ('ppm', ['confidence']);
     a plain name takes `default_features`. Only the PPM sampler takes featurizers."""
-    from rlstream.trainers.selection.policy_features import check_features
+    from rlstream.config.selection import check_features
 
     base, _, feats = name.partition(":")
     if feats and base != "ppm":
@@ -93,7 +73,7 @@ def build_sampler(
 def format_tuning(cfg) -> dict:
     """The PPM sampler's settings tuned by answer format (policy_features.FORMAT_TUNING), each
     replaced where cfg.selection sets it: candidate_max, fill, explore_share, pseudo_count."""
-    from rlstream.trainers.selection.policy_features import FORMAT_TUNING
+    from rlstream.config.selection import FORMAT_TUNING
 
     sel, auto = cfg.selection, FORMAT_TUNING[cfg.data.format]
     given = {

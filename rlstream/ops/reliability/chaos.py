@@ -58,7 +58,7 @@ import numpy as np
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.faults import FAULTS_DIR
-from rlstream.ops.childrun import ChildRun, RunFailed, wait_for
+from rlstream.ops.launcher.childrun import ChildRun, RunFailed, wait_for
 from rlstream.schemas import get
 
 log = logging.getLogger(__name__)
@@ -274,7 +274,7 @@ class Injector:
 
 def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     """Run the loop under faults, drain it, audit it; return the figures."""
-    from rlstream.ops.stack import EmbeddedStack
+    from rlstream.ops.stack.embedded import EmbeddedStack
 
     bad = [k for k in args.kinds if k not in FAULT_KINDS]
     if bad:
@@ -456,7 +456,7 @@ def _one_fault(run: ChildRun, injector: Injector, fault: Fault, args, say) -> No
 def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s: float) -> float:
     """Run the processors and rollout workers again until every request issued has its group
     on rl.experience.v2 (what was in flight when the trainer stopped); seconds it took."""
-    from rlstream.ops.loop import Supervisor, child_env
+    from rlstream.ops.launcher.loop import Supervisor, child_env
 
     started = progressed = time.monotonic()
     sup = Supervisor(run_dir / "config.json", env | child_env(endpoints, cfg, run_dir),
@@ -500,7 +500,7 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
 
     from rlstream.connectors.objectstore import ObjectStore
     from rlstream.connectors.reading import ReadRange, read_run_rows, read_topic
-    from rlstream.ops.topics import committed_offsets
+    from rlstream.ops.commands.topics import committed_offsets
     from rlstream.schemas import DecodeError, decode
     from rlstream.streams.trainer import ledger_prefix
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from rlstream.ops.watch import RunView
+from rlstream.ops.launcher.watch import RunView
 
 
 def _series(evals: list[dict], task: str, metric: str) -> tuple[list[int], list[float]]:

@@ -136,7 +136,8 @@ def add_web_routes(app, runs, token: str | None, endpoints: Endpoints | None) ->
     from fastapi.staticfiles import StaticFiles
     from fastapi.templating import Jinja2Templates
 
-    from rlstream.ops.serve import COOKIE, RunNotFound, authorized_by, authorized_dependency
+    from rlstream.ops.api.auth import COOKIE, authorized_by, authorized_dependency
+    from rlstream.ops.api.runs import RunNotFound
 
     templates = Jinja2Templates(directory=WEB / "templates")
     review = RolloutReview(endpoints) if endpoints is not None else None

@@ -22,7 +22,7 @@ import psutil
 
 from rlstream.config import Config
 from rlstream.connectors.endpoints import ENDPOINT_VARIABLES
-from rlstream.ops.childrun import ChildRun, wait_for
+from rlstream.ops.launcher.childrun import ChildRun, wait_for
 
 STOP_TARGET_S = 10.0  # the bound: every child and the embedded stack
 

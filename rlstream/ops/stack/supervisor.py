@@ -1,6 +1,6 @@
 """`rlstream stack up | down | status`: a detached supervisor owning the embedded stack.
 
-The supervisor (`python -m rlstream.ops.stackctl --dir DIR`) starts the servers, writes
+The supervisor (`python -m rlstream.ops.stack.supervisor --dir DIR`) starts the servers, writes
 stack.json and endpoints.json, then waits. SIGTERM or SIGINT stops the servers and removes both
 files; if the supervisor dies any other way, the kernel kills the servers (parent-death signal)
 and the next `up` clears the stale files. A lock file makes concurrent `up`s start one stack.
@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 
 from rlstream.connectors.endpoints import ENDPOINTS_FILE, Endpoints
-from rlstream.ops import procs
-from rlstream.ops.stack import STACK_FILE, EmbeddedStack, Server, StackError
+from rlstream.ops.stack import procs
+from rlstream.ops.stack.embedded import STACK_FILE, EmbeddedStack, Server, StackError
 
 
 @contextmanager
@@ -74,7 +74,7 @@ def up(
         _clear_stale(directory, state)
         log = directory / "logs" / "supervisor.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "rlstream.ops.stackctl", "--dir", str(directory)]
+        cmd = [sys.executable, "-m", "rlstream.ops.stack.supervisor", "--dir", str(directory)]
         cmd += ["--durable"] if durable else []
         cmd += ["--prometheus"] if prometheus else []
         with open(log, "ab") as out:

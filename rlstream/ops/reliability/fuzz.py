@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops.childrun import PROGRESS_EVERY_S, ChildRun, Live, wait_for
+from rlstream.ops.launcher.childrun import PROGRESS_EVERY_S, ChildRun, Live, wait_for
 from rlstream.schemas import encode, get, rows_to_batch
 from rlstream.schemas.codec import headers_for
 
@@ -304,7 +304,7 @@ class FuzzArgs:
 
 def run_fuzz(cfg: Config, out_root: Path, args: FuzzArgs, say=print) -> dict:
     """A baseline run (unless not wanted), then the same run under fuzz; the figures."""
-    from rlstream.ops.run import stack_or_endpoints
+    from rlstream.ops.launcher.datapath import stack_or_endpoints
 
     out_root = out_root.resolve()
     with stack_or_endpoints(out_root / f"{cfg.run_id}-stack") as (endpoints, _):

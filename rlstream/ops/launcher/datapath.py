@@ -22,8 +22,8 @@ from pathlib import Path
 from rlstream.connectors.endpoints import ENDPOINTS_FILE, Endpoints, state_dir
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.connectors.reading import ReadRange
-from rlstream.ops.publish import publish_file
-from rlstream.ops.replay import RowFilter, decoded_messages, replay_to_parquet
+from rlstream.ops.commands.publish import publish_file
+from rlstream.ops.commands.replay import RowFilter, decoded_messages, replay_to_parquet
 from rlstream.schemas import get
 
 
@@ -71,7 +71,7 @@ def stack_or_endpoints(directory: Path, durable: bool = False) -> Iterator[tuple
     if external_stack():
         yield Endpoints.from_env(), False
         return
-    from rlstream.ops.stack import EmbeddedStack
+    from rlstream.ops.stack.embedded import EmbeddedStack
 
     with EmbeddedStack(directory, durable=durable) as stack:
         yield stack.endpoints, True

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from rlstream.trainers.commands import ConfigOpt, SetOpt, build_config
+from rlstream.cli.train import ConfigOpt, SetOpt, build_config
 
 COT_BLOCK_SIZE, COT_MAX_NEW_TOKENS = 96, 48
 """The CoT pools' context and completion lengths, as every saved arm ran (`--resume` and

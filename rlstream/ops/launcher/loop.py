@@ -22,8 +22,8 @@ from rlstream import metrics
 from rlstream.config import Config, show
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.reading import read_rows_where
-from rlstream.ops import procs
-from rlstream.ops.publish import publish_file
+from rlstream.ops.commands.publish import publish_file
+from rlstream.ops.stack import procs
 from rlstream.schemas import get
 from rlstream.tracking import open_tracker, safely
 
@@ -411,9 +411,9 @@ def wait_for_trainer(sup: Supervisor, on_tick, timeout_s: float) -> bool:
 def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600) -> dict:
     """Seed, supervise until the trainer is done, collect figures, write the report."""
     from rlstream.connectors.objectstore import ObjectStore
-    from rlstream.ops.report import write_report
-    from rlstream.ops.run import how_to_continue, stack_or_endpoints
-    from rlstream.ops.watch import RunWatcher
+    from rlstream.ops.launcher.datapath import how_to_continue, stack_or_endpoints
+    from rlstream.ops.launcher.report import write_report
+    from rlstream.ops.launcher.watch import RunWatcher
     from rlstream.streams.policystore import stored_versions
     from rlstream.trainers.datasets import with_tokenizer
 

@@ -1,7 +1,7 @@
 """The embedded default stack: Tansu (Kafka protocol) and SeaweedFS (S3) as child processes on
 free loopback ports, Qdrant embedded (qdrant-edge), all state under one directory.
 
-`up()` starts a detached supervisor process (`python -m rlstream.ops.stack`) that owns the
+`up()` starts a detached supervisor process (`python -m rlstream.ops.stack.embedded`) that owns the
 servers: they are spawned with a parent-death signal, so a crashed or SIGKILLed supervisor
 takes them down with it, and SIGTERM/SIGINT stops them cleanly. `EmbeddedStack` is the same
 thing in-process, for commands such as `rlstream run` that bring the stack up and down themselves.
@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops import procs
+from rlstream.ops.stack import procs
 
 STACK_FILE = "stack.json"
 BUCKET = "rlstream"

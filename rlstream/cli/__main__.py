@@ -1,0 +1,3 @@
+from rlstream.cli import main
+
+main()

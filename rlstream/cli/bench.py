@@ -1,0 +1,203 @@
+"""`rlstream bench loop | stop | broker`: benchmarks of the running system."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from rlstream.cli.app import (
+    SummaryOpt,
+    bench_app,
+    console,
+    endpoints,
+    err,
+    write_summary,
+)
+from rlstream.cli.run import IDLE_SHARE_TARGET, watched_run
+from rlstream.cli.train import (
+    ConfigOpt,
+    SetOpt,
+    build_config,
+    streaming_only,
+)
+
+
+@bench_app.command("loop")
+def bench_loop(
+    config: Path | None = ConfigOpt,
+    rl_steps: int | None = typer.Option(None, min=1, help="rl.steps: RL updates."),
+    workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
+    repeats: int = typer.Option(3, min=1, help="Streamed runs (median and min-max over them)."),
+    compare_local: bool = typer.Option(
+        True, help="Also run the in-process loop with the same settings and seed."
+    ),
+    out: Path = typer.Option(Path("runs"), help="Where the runs' reports go."),
+    overrides: list[str] = SetOpt,
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Default streaming runs, measured: trainer idle share, request-to-experience latency,
+    policy-lag histogram, messages/s per topic, and accuracy against the in-process loop."""
+    from collections import Counter
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    rid = datetime.now(UTC).strftime("bench-%Y%m%d-%H%M%S")
+    cfg = build_config(
+        config, overrides, run_id=rid, rl__steps=rl_steps, loop__rollout_workers=workers
+    )
+    if compare_local:
+        streaming_only(cfg, "`bench loop`'s in-process twin")
+    workers = cfg.loop.rollout_workers
+    runs = []
+    for i in range(repeats):
+        err.print(f"streamed run {i + 1}/{repeats} ...")
+        runs.append(watched_run(replace(cfg, run_id=f"{rid}-{i}"), out))
+    local = _local_twin(cfg) if compare_local else None
+
+    def fig(key: str) -> tuple[float | None, str]:
+        vals = sorted(r[key] for r in runs if r.get(key) is not None)
+        if not vals:
+            return None, "-"
+        return statistics.median(vals), f"{vals[0]:g} - {vals[-1]:g}"
+
+    figures: dict = {"repeats": repeats, "runs": runs}
+    title = f"streaming loop, {workers} rollout workers, {repeats} runs (median, min - max)"
+    table = Table("figure", "median", "min - max", "target", title=title)
+    keys = {
+        "trainer_idle_share": "trainer idle share",
+        "request_to_experience_p50_ms": "request -> experience p50 (ms)",
+        "request_to_experience_p99_ms": "request -> experience p99 (ms)",
+        "final_accuracy": "held-out greedy accuracy, streamed",
+        "stale_dropped": "stale groups dropped",
+        "scheduler_select_ms_per_round": "choosing a step's prompts (ms)",
+        "scheduler_candidates_per_round": "prompts scored to choose them",
+        "wall_s": "wall s",
+    }
+    for key, label in keys.items():
+        median, spread = fig(key)
+        figures[key] = median
+        target = ""
+        if key == "trainer_idle_share" and median is not None:
+            met = median < IDLE_SHARE_TARGET
+            target = f"< {IDLE_SHARE_TARGET} " + ("[green]met[/]" if met else "[red]missed[/]")
+        table.add_row(label, "-" if median is None else f"{median:g}", spread, target)
+    if local is not None:
+        figures["local_accuracy"] = local
+        gap = figures["final_accuracy"] - local
+        figures["streamed_minus_local"] = round(gap, 4)
+        verdict = "[green]met[/]" if gap >= -0.03 else "[red]missed[/]"
+        table.add_row("held-out greedy accuracy, in-process", f"{local:g}", "", "")
+        table.add_row("streamed - in-process", f"{gap:+.3f}", "", f">= -0.03 {verdict}")
+    lags = sum((Counter(r.get("policy_lag_histogram") or {}) for r in runs), Counter())
+    figures["policy_lag_histogram"] = dict(sorted(lags.items()))
+    table.add_row("policy lag (versions: groups, all runs)", str(figures["policy_lag_histogram"]))
+    rates: dict[str, list[float]] = {}
+    for r in runs:
+        for topic, rate in r.get("messages_per_s", {}).items():
+            rates.setdefault(topic, []).append(rate)
+    figures["messages_per_s"] = {t: statistics.median(v) for t, v in sorted(rates.items())}
+    for topic, v in sorted(rates.items()):
+        spread = f"{min(v):g} - {max(v):g}"
+        table.add_row(f"messages/s {topic}", f"{statistics.median(v):g}", spread)
+    console.print(table)
+    write_summary(summary, figures)
+
+
+def _local_twin(cfg) -> float:
+    """Held-out greedy accuracy of the in-process loop with the streamed run's settings (the
+    same Config: sampler, algorithm, budgets and seed)."""
+    from rlstream.trainers.local import LocalOptions, train_local
+
+    err.print("in-process loop with the same settings and seed ...")
+    return train_local(cfg, LocalOptions(progress=False))["final_accuracy"]
+
+
+@bench_app.command("stop")
+def bench_stop(
+    config: Path | None = ConfigOpt,
+    repeats: int = typer.Option(3, min=1, help="Runs per arm (one Ctrl-C; two Ctrl-C)."),
+    at_step: int = typer.Option(2, min=1, help="The RL step at which Ctrl-C is sent."),
+    second_after_s: float = typer.Option(1.0, min=0, help="Two Ctrl-C arm: the gap (s)."),
+    out: Path = typer.Option(Path("runs"), help="Where the runs go."),
+    overrides: list[str] = SetOpt,
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Ctrl-C to `rlstream run` on its own embedded stack: seconds until it exited, every
+    process of the run and every server of the stack gone (target 10 s), exit code 130; and
+    a second Ctrl-C a moment later (kills what is left at once)."""
+    from datetime import UTC, datetime
+
+    from rlstream.ops.bench import stop as stopbench
+
+    rid = datetime.now(UTC).strftime("stop-%Y%m%d-%H%M%S")
+    cfg = build_config(config, overrides, run_id=rid)
+    args = stopbench.StopArgs(repeats=repeats, at_step=at_step, second_after_s=second_after_s)
+    figures = stopbench.run_stop_bench(cfg, out, args, say=lambda m: err.print(m))
+    console.print(stopbench.table(figures))
+    write_summary(summary, figures)
+
+
+@bench_app.command("broker")
+def bench_broker(
+    messages: int = typer.Option(2000, min=10, help="Messages per repeat and arm."),
+    repeats: int = typer.Option(5, min=1, help="Repeats (arms alternate order)."),
+    rows: int = typer.Option(64, min=1, help="Rows per rollout event."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Produce+consume throughput of rollout events, codec vs raw bytes, and the codec alone."""
+    from rlstream.ops.bench.broker import broker_bench, codec_bench
+
+    with _stack_for_bench() as eps:
+        err.print(f"broker bench: {repeats} repeats x {messages} messages x {rows} rows ...")
+        result = asyncio.run(broker_bench(eps, messages=messages, repeats=repeats, rows=rows))
+    codec = codec_bench(repeats=repeats, rows=rows)
+    arms, size = result["arms"], result["message_bytes"]
+    raw = arms["raw bytes"].median
+    table = Table("path", "rows/s (median)", "min-max", "MB/s", "ratio vs raw",
+                  title=f"broker throughput, {rows}-row rollout events of {size:,} B")  # fmt: skip
+    figures: dict = {"message_bytes": size, "rows": rows, "messages": messages, "repeats": repeats}
+    for name, fig in arms.items():
+        mb_s = fig.median / rows * size / 1e6
+        table.add_row(name, f"{fig.median:,.0f}", fig.spread(), f"{mb_s:,.1f}",
+                      f"{fig.median / raw:.2f}")  # fmt: skip
+        key = name.replace("+", "_").replace(" ", "_")
+        figures[f"{key}_rows_per_s"] = round(fig.median, 1)
+        figures[f"{key}_mb_per_s"] = round(mb_s, 2)
+    ratio = arms["codec+broker"].median / raw
+    figures["codec_vs_raw_ratio"] = round(ratio, 3)
+    console.print(table)
+    table = Table("codec alone (1 core)", "rows/s (median)", "min-max", "target",
+                  title="Arrow IPC codec, validation included")  # fmt: skip
+    for name, fig in codec.items():
+        ok = "[green]met[/]" if fig.median >= 200_000 else "[red]missed[/]"
+        table.add_row(name, f"{fig.median:,.0f}", fig.spread(), f">= 200,000 {ok}")
+        figures[f"codec_{name}_rows_per_s"] = round(fig.median, 1)
+    console.print(table)
+    verdict = "[green]met[/]" if ratio >= 0.8 else "[red]missed[/]"
+    console.print(f"codec+broker / raw bytes = {ratio:.2f} (target >= 0.80: {verdict})")
+    write_summary(summary, figures)
+
+
+@contextlib.contextmanager
+def _stack_for_bench():
+    """The running stack's endpoints, or a temporary embedded stack for this command."""
+    import os
+    import tempfile
+
+    from rlstream.connectors.endpoints import ENDPOINTS_FILE, state_dir
+
+    configured = "RLSTREAM_KAFKA_BOOTSTRAP" in os.environ
+    if configured or (state_dir() / ENDPOINTS_FILE).exists():
+        yield endpoints()
+        return
+    from rlstream.ops.stack.embedded import EmbeddedStack
+
+    with tempfile.TemporaryDirectory(prefix="rlstream-bench-") as tmp:
+        err.print("no stack running: starting a temporary one")
+        with EmbeddedStack(Path(tmp)) as stack:
+            yield stack.endpoints

@@ -1,0 +1,169 @@
+"""The whole run: evaluation, checkpoints, the loop's processes, tracking, and `Config`, which
+nests every section; `load_config` builds one from defaults, a file and `--set` overrides."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlstream.config.checks import at_least
+from rlstream.config.files import from_dict, merge, nested, parse_overrides, read_file, to_dict
+from rlstream.config.model import DataConfig, ModelConfig
+from rlstream.config.selection import AUTO_FEATURES, SelectionConfig
+from rlstream.config.training import PretrainConfig, RLConfig
+
+
+@dataclass
+class EvalConfig:
+    prompts: int = 256
+    """held-out prompts evaluated (never trained on)"""
+    samples: int = 8
+    """samples per prompt for pass@1"""
+    interval: int = 25
+    """RL steps between held-out evaluations"""
+
+    def __post_init__(self):
+        at_least("eval", "prompts", self.prompts, 1)
+        at_least("eval", "samples", self.samples, 0)
+        at_least("eval", "interval", self.interval, 1)
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10
+    """steps between checkpoints (streaming: RL steps; consumer offsets are committed right
+    after each)"""
+    keep_last: int = 3
+    """checkpoints retained"""
+    keep_policies: int = 8
+    """streaming: the newest policy versions kept in the object store (followers load the
+    newest; older ones are deleted as new ones are published, so the store stays bounded)"""
+    keep_policy_every: int = 100
+    """streaming: every N-th policy version is kept for good besides the newest and version 0
+    (`rlstream export --version`, the MLflow registry); 0 keeps none of them"""
+
+    def __post_init__(self):
+        at_least("checkpoint", "every", self.every, 1)
+        at_least("checkpoint", "keep_last", self.keep_last, 1)
+        at_least("checkpoint", "keep_policies", self.keep_policies, 1)
+        at_least("checkpoint", "keep_policy_every", self.keep_policy_every, 0)
+
+
+@dataclass
+class LoopConfig:
+    """The streaming loop's transport and processes (ignored in-process)."""
+
+    rollout_workers: int = 2
+    """rollout worker processes"""
+    target_in_flight: int = 96
+    """rollout requests in flight (issued, not yet trained on): the scheduler's pacing bound"""
+    publish_every: int = 1
+    """RL steps between policy versions published to the rollout workers"""
+    session_timeout_ms: int = 6000
+    """consumer-group session timeout"""
+    max_restarts: int = 5
+    """restarts of one process within restart_window_s before the supervisor gives up on it"""
+    restart_window_s: float = 600.0
+    """the window max_restarts counts in (a process that crashes rarely is always restarted)"""
+    s3_retry_s: float = 120.0
+    """how long the loop's processes retry an unavailable S3 server before failing"""
+    durable_stack: bool = False
+    """the embedded stack's broker keeps its log in the stack's S3 server, so a stopped run can
+    be resumed (`--resume` finds its topics) and broker memory stays flat; false (the default):
+    in memory, lost when the run ends. The durable log costs throughput on this broker: every
+    record is two S3 writes, and every fetch lists the partition's whole log, so each fetch
+    costs more as the run goes on (README: 2.5x slower from the start on 2 cores, falling)"""
+
+    def __post_init__(self):
+        at_least("loop", "rollout_workers", self.rollout_workers, 1)
+        at_least("loop", "target_in_flight", self.target_in_flight, 1)
+        at_least("loop", "publish_every", self.publish_every, 1)
+        at_least("loop", "max_restarts", self.max_restarts, 0)
+        at_least("loop", "restart_window_s", self.restart_window_s, 1)
+        at_least("loop", "s3_retry_s", self.s3_retry_s, 0)
+
+
+@dataclass
+class TrackingConfig:
+    """Experiment tracking (optional)."""
+
+    mlflow_uri: str | None = None
+    """an MLflow tracking server (http://host:port) or store; unset: $MLFLOW_TRACKING_URI when
+    set, else no tracking"""
+    experiment: str = "rlstream"
+    """the MLflow experiment runs are logged under"""
+    model_name: str = "rlstream-policy"
+    """the registered model every published policy version becomes a version of"""
+
+
+@dataclass
+class Config:
+    run_id: str = "run"
+    """names the run's rows on every topic, its consumer groups and object-store prefixes"""
+    seed: int = 0
+    """seed of splits, corpus, init and sampling"""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def ppm_feature_spec(self) -> str:
+        """selection.ppm_features, `auto` resolved by the data's answer format."""
+        spec = self.selection.ppm_features
+        return AUTO_FEATURES[self.data.format] if spec == "auto" else spec
+
+    def group(self, role: str) -> str:
+        """The consumer group (faust app id) of a role in this run."""
+        return f"rlstream-{self.run_id}-{role}"
+
+    def threads(self, streaming: bool) -> int:
+        return self.model.threads or (1 if streaming else 2)
+
+    def write(self, path: Path) -> Path:
+        """The effective config as JSON (what every process of a run reads)."""
+        path.write_text(json.dumps(to_dict(self), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Config:
+        return load_config(path)
+
+
+# --- reading, overriding, showing ------------------------------------------------------------
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] = (),
+    options: dict | None = None,
+    cls=Config,
+    base=None,
+):
+    """Defaults (or `base`, e.g. a benchmark's preset) < the YAML/JSON file < `options`
+    (dotted name -> value, e.g. a command's own flags; None = not given) < `--set` overrides."""
+    data = merge(to_dict(base) if base is not None else {}, read_file(path) if path else {})
+    data = merge(data, nested(options or {}))
+    data = merge(data, parse_overrides(list(overrides), cls))
+    if cls is Config and base is None:
+        data = format_defaults(data)
+    return from_dict(cls, data)
+
+
+FORMAT_DEFAULTS = {"cot": {"model": {"block_size": 96}, "rl": {"max_new_tokens": 64}}}
+"""Settings whose default follows data.format: a worked solution (the longest built-in one,
+countdown's, is 50 characters, the prompt up to 13) does not fit the 32-token context and
+8-token completions of bare answers."""
+
+
+def format_defaults(data: dict) -> dict:
+    """`data` (a config as nested dicts) with FORMAT_DEFAULTS for its data.format filled in
+    where no layer (file, flag, --set) gave the setting."""
+    section = data.get("data", {})  # anything but a mapping: from_dict says what is wrong
+    fmt = section.get("format", DataConfig.format) if isinstance(section, dict) else None
+    return merge(FORMAT_DEFAULTS.get(fmt, {}), data)

@@ -1,0 +1,1 @@
+"""`rlstream serve`: run control over HTTP and the web view."""

@@ -1,0 +1,1 @@
+"""Benchmarks of whole operations: the broker path and a clean stop."""

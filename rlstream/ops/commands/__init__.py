@@ -1,0 +1,1 @@
+"""User commands over the topics: publish, tail and replay, reprocess, topics."""

@@ -1,0 +1,1 @@
+"""`rlstream run`: the launcher of the streaming loop, its live view and its report."""

@@ -1,0 +1,1 @@
+"""The reliability suites: chaos (scheduled faults) and fuzz (malformed messages), with audits."""
