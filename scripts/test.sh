@@ -3,7 +3,7 @@
 # the real Tansu broker and SeaweedFS started by the project's own code, and learning tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+bash scripts/install.sh dev
 # the web view's test drives a real headless browser: Debian's chromium (playwright downloads none)
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=$([ "$(id -u)" -eq 0 ] && echo "" || echo "sudo")
@@ -14,4 +14,5 @@ fi
 . .venv/bin/activate
 ruff check rlstream tests
 ruff format --check rlstream tests
+mkdocs build --strict --quiet --site-dir "$(mktemp -d)"  # broken links fail the build
 python -m pytest "$@"

@@ -41,14 +41,34 @@ def tiny_tokenizer(vocab_size: int = 300):
     return PreTrainedTokenizerFast(tokenizer_object=rust, eos_token=EOT)
 
 
+def chars_without_newline():
+    """A word-level tokenizer of single printable characters, as users build for character
+    models, whose vocabulary has no newline; `</s>` ends a sequence."""
+    import string
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<unk>", "</s>", *string.printable[:95]])}
+    rust = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    rust.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    rust.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=rust, eos_token="</s>", unk_token="<unk>")
+
+
 def tiny_model_dir(
-    directory: Path, arch: str = "qwen2", seed: int = 0, chat_template: str | None = None
+    directory: Path,
+    arch: str = "qwen2",
+    seed: int = 0,
+    chat_template: str | None = None,
+    tokenizer: str = "bpe",
 ) -> Path:
-    """A random `arch` (llama or qwen2) causal LM of about 0.1 M parameters and its BPE
-    tokenizer (with `chat_template`, if given), saved as a Hugging Face directory."""
+    """A random `arch` (llama or qwen2) causal LM of about 0.1 M parameters and its tokenizer
+    (`bpe`, or `chars`: single characters without a newline), with `chat_template` if given,
+    saved as a Hugging Face directory."""
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-    tok = tiny_tokenizer()
+    tok = tiny_tokenizer() if tokenizer == "bpe" else chars_without_newline()
     tok.chat_template = chat_template
     kind = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
     config = kind(

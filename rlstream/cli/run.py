@@ -128,17 +128,19 @@ def export(
     run_id: str = typer.Argument(..., help="The run whose policy to export."),
     out: Path = typer.Option(..., help="The directory to write (a Hugging Face model)."),
     version: int | None = typer.Option(None, help="Policy version [default: the newest]."),
-    runs: Path = typer.Option(Path("runs"), help="Where `rlstream run` wrote the run."),
+    runs: Path = typer.Option(
+        Path("runs"), help="Where the run is: `rlstream run --out` or `rlstream serve --out`."
+    ),
 ) -> None:
     """Write a published policy version as a Hugging Face directory (config.json,
     model.safetensors, tokenizer files) that `AutoModelForCausalLM.from_pretrained` and
     `AutoTokenizer.from_pretrained` load with no rlstream code. Reads the running stack's object
     store, else the run's own embedded stack (started for the copy)."""
     from rlstream.connectors.objectstore import ObjectStore
-    from rlstream.ops.launcher.datapath import stack_or_endpoints
+    from rlstream.ops.launcher.datapath import run_stack
     from rlstream.streams.policystore import download_policy, stored_versions
 
-    with stack_or_endpoints(runs / run_id / "stack") as (stack, _):
+    with run_stack(runs.resolve(), run_id) as stack:
         store = ObjectStore(stack)
         versions = stored_versions(store, run_id)
         if not versions:

@@ -24,12 +24,15 @@ def serve(
     unless --no-auth.
     Runs use a running stack, or one started here for the server's lifetime."""
     import os
+    import shutil
+    import signal
+    import sys
 
     import uvicorn
 
     from rlstream.ops.api.runs import Runs
     from rlstream.ops.api.server import make_app
-    from rlstream.ops.launcher.datapath import stack_or_endpoints
+    from rlstream.ops.launcher.datapath import SERVE_ENDPOINTS, SERVE_STACK, stack_or_endpoints
 
     token = os.environ.get("RLSTREAM_API_TOKEN") or None
     loopback = host in ("127.0.0.1", "localhost", "::1")
@@ -39,12 +42,21 @@ def serve(
     if no_auth and not loopback:
         raise typer.BadParameter(f"--no-auth: only on loopback, not on {host!r}")
     out = out.resolve()
-    with stack_or_endpoints(out / "_stack") as (stack, embedded):
+    # uvicorn re-raises a SIGTERM once it has shut down: as SystemExit, the stack it started
+    # and the endpoints file below are cleaned up on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with stack_or_endpoints(out / SERVE_STACK) as (stack, embedded):
         runs = Runs(out, dict(os.environ) | stack.as_env())
+        if embedded:  # `rlstream export --runs OUT` finds this server's runs while it is up
+            stack.write(out / SERVE_ENDPOINTS)
+            (out / SERVE_ENDPOINTS / "pid").write_text(str(os.getpid()))
         where = "started for this server" if embedded else "running"
         console.print(
             f"rlstream serve on http://{host}:{port} (web view: /, API docs: /docs); "
             f"runs under {out}; stack {where} (broker {stack.kafka_bootstrap})"
         )
-        uvicorn.run(make_app(runs, token if not no_auth else None, stack), host=host, port=port,
-                    log_level="warning")  # fmt: skip
+        try:
+            uvicorn.run(make_app(runs, token if not no_auth else None, stack), host=host,
+                        port=port, log_level="warning")  # fmt: skip
+        finally:
+            shutil.rmtree(out / SERVE_ENDPOINTS, ignore_errors=True)

@@ -73,7 +73,8 @@ class LoopConfig:
     be resumed (`--resume` finds its topics) and broker memory stays flat; false (the default):
     in memory, lost when the run ends. The durable log costs throughput on this broker: every
     record is two S3 writes, and every fetch lists the partition's whole log, so each fetch
-    costs more as the run goes on (README: 2.5x slower from the start on 2 cores, falling)"""
+    costs more as the run goes on (docs/benchmarks.md: 2.5x slower from the start on 2
+    cores, falling)"""
 
     def __post_init__(self):
         at_least("loop", "rollout_workers", self.rollout_workers, 1)

@@ -13,7 +13,8 @@ from rlstream.registry import SELECTION_SAMPLERS
 PPM_FEATURES = ("minilm", "text", "hidden", "confidence", "reference")
 AUTO_FEATURES = {"cot": "confidence", "direct": "confidence"}
 """selection.ppm_features=auto by data.format: the best reference-free set the selection bench
-measured for each (README). The probability of the policy's own greedy answer separates
+measured for each (docs/selection-benchmark.md). The probability of the policy's own greedy
+answer separates
 prompts within a task family where a sentence embedding and one hidden state need far more
 history (`benchmarks/ppm_features_probe.py`). Against minilm,hidden, 3 seeds each: mixed / late
 CoT pools, Pearson r 0.91 / 0.92 (0.81 / 0.83), wasted share 0.69x / 0.74x of uniform's (0.76x
@@ -33,7 +34,8 @@ more candidates at a time, up to 512, while fewer than a batch reach the informa
 threshold, and fills a shortfall with the likeliest informative: wasted share 0.54x -> 0.37x
 of uniform's (mixed pool) and 0.71x -> 0.37x (late pool), 5 seeds each. With direct answers
 (r 0.69, zero-variance share 0.22) screening cost steps (1.42x -> 1.14x to the target) and
-waste (0.52x -> 0.58x), and the value fill with it more (0.72x): off there (README).
+waste (0.52x -> 0.58x), and the value fill with it more (0.72x): off there
+(docs/selection-benchmark.md).
 Screened, the CoT PPM saw the prompts out of reach too seldom and its logits ran away there
 (under 0.01 where 7% of samples were right), so with a chain of thought its fit also takes
 Jeffreys pseudo-counts (0.5) and 5% of each batch checks candidates it predicts out of reach:
@@ -70,8 +72,8 @@ class SelectionConfig:
     the prompt), confidence (its probability of its own greedy answer, one greedy decode) —
     none reads an answer — or reference (its probability of the reference answer: a labelled
     variant). auto: the best reference-free set the selection bench measured for the data's
-    answer format (policy_features.AUTO_FEATURES): confidence, with or without a chain of
-    thought (README)"""
+    answer format (AUTO_FEATURES): confidence, with or without a chain of
+    thought (docs/selection-benchmark.md)"""
     ppm_from: str = ""
     """a run id of this stack whose PPM (scheduler snapshot) and prompt collection (Qdrant)
     warm-start this run's predictor (`rlstream run --ppm-from RUN_ID`)"""
@@ -83,23 +85,23 @@ class SelectionConfig:
     """while fewer than a batch's predicted picks reach the informative threshold, the ppm
     sampler scores ppm_candidates more, up to this many (at most ppm_candidates: never more),
     so the scoring cost follows how scarce informative prompts are. 0: by the answer format
-    (policy_features.FORMAT_TUNING: 512 with a chain of thought, where it took the wasted
+    (FORMAT_TUNING: 512 with a chain of thought, where it took the wasted
     share to 0.37x of uniform's; none beyond ppm_candidates for direct answers, where it cost
     steps)"""
     ppm_fill: str = "auto"
     """how the ppm sampler fills a batch when too few candidates reach the informative
     threshold: rank (as it ranks the informative ones, the hard side first), value (the
     likeliest informative first) or auto (by the answer format: value with a chain of
-    thought, rank with direct answers; policy_features.FORMAT_TUNING)"""
+    thought, rank with direct answers; FORMAT_TUNING)"""
     ppm_explore_share: float | None = None
     """share of each batch the ppm sampler spends checking candidates it predicts out of reach
     (drawn uniformly among them), so its predictions stay calibrated where selection alone
     never looks (test-time allocation relies on them). None: by the answer format
-    (policy_features.FORMAT_TUNING: 0.05 with a chain of thought, 0 with direct answers)"""
+    (FORMAT_TUNING: 0.05 with a chain of thought, 0 with direct answers)"""
     ppm_pseudo_count: float | None = None
     """successes and as many failures the PPM's fit adds to every group (0.5: Jeffreys'
     prior), so a prompt it has seen fail is predicted unlikely, not impossible. None: by the
-    answer format (policy_features.FORMAT_TUNING: 0.5 with a chain of thought, 0 with direct
+    answer format (FORMAT_TUNING: 0.5 with a chain of thought, 0 with direct
     answers)"""
     ppm_zero_shot: bool = True
     """the PPM starts from its featurizer's own estimate of the pass rate (confidence: the

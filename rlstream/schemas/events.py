@@ -84,6 +84,7 @@ ROLLOUT_REQUESTS = register(
         req("sampler", STR),
         opt("predicted_pass_rate", F32),
         opt("verifier", STR),
+        opt("metadata", STR),  # the prompt's further columns (JSON): a reward function gets them
     ],
     key="prompt_id",
     partitions=4,
@@ -109,6 +110,7 @@ ROLLOUTS = register(
         opt("finish_reason", STR),
         opt("worker_id", STR),
         opt("verifier", STR),  # carried from the request: score_rollouts checks with it
+        opt("metadata", STR),  # carried from the request: the reward function's extra columns
     ],
     key="prompt_id",
     partitions=4,

@@ -150,7 +150,7 @@ def coerce_row(event: EventType, row: Mapping[str, Any]) -> dict[str, Any]:
     if extras:
         if "metadata" not in known:
             raise RowError(f"unknown fields {sorted(extras)} for event {event.name!r}")
-        merged = json.loads(out["metadata"]) if "metadata" in out else {}
+        merged = json.loads(out.get("metadata") or "{}")
         if not isinstance(merged, dict):
             raise RowError("field 'metadata': must be a JSON object")
         merged.update(extras)

@@ -83,6 +83,7 @@ def rollout_rows(
                 "finish_reason": s.finish_reasons[k],
                 "worker_id": worker_id,
                 "verifier": req.get("verifier"),
+                "metadata": req.get("metadata"),
             }
         )
     return rows

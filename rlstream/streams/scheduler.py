@@ -444,6 +444,7 @@ class Scheduler:
                 "group_size": self.cfg.rl.group_size,
                 "sampler": self.cfg.selection.sampler,
                 "verifier": p.verifier or None,
+                "metadata": p.metadata or None,
             }
             for i, p in enumerate(prompts)
         ]

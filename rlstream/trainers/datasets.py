@@ -41,6 +41,7 @@ def prompt_of_row(row: dict) -> Prompt:
         row.get("difficulty") or 0,
         row.get("answer") or "",
         row.get("verifier") or "",
+        row.get("metadata") or "",
     )
 
 

@@ -144,6 +144,15 @@ class Tokenizer:
                 self.encode(text)  # raises, naming the character
         return self.hf(texts, add_special_tokens=False)["input_ids"] if texts else []
 
+    def encode_documents(self, docs: list[str]) -> list[list[int]]:
+        """Pre-training documents, each ending in EOS (a newline). A tokenizer that cannot
+        write a newline (a user's character vocabulary without one) ends each with its own
+        end-of-sequence token instead, rather than refusing every document."""
+        if not self.unknown(EOS) or self.eos_id is None:
+            return self.encode_batch(docs)
+        bodies = self.encode_batch([d.removesuffix(EOS) for d in docs])
+        return [ids + [self.eos_id] * d.endswith(EOS) for ids, d in zip(bodies, docs, strict=True)]
+
     def format_prompt(self, text: str) -> str:
         """The text the model sees for a prompt: as it is, or one user turn of the chat
         template with the generation prompt (the assistant's turn) opened, as TRL and verl do."""

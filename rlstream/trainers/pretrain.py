@@ -77,7 +77,7 @@ class Corpus:
         self.extend(docs)
 
     def extend(self, docs: list[str]) -> None:
-        rows = [r[: self.width] for r in self.tok.encode_batch(docs)]
+        rows = [r[: self.width] for r in self.tok.encode_documents(docs)]
         while self.n + len(rows) > len(self.data):
             pad = torch.full_like(self.data, self.tok.pad_id)
             self.data, self.lens = (

@@ -220,8 +220,18 @@ def build_reward(config: dict | str | Path) -> RewardFn:
 
 def reward_kwargs(prompts: list) -> dict[str, list]:
     """The prompt columns a reward function receives, one value per completion (TRL passes a
-    dataset's columns the same way); `prompts` holds the Prompt objects themselves."""
-    return {
+    dataset's columns the same way); `prompts` holds the Prompt objects themselves. A user's
+    further columns (the row's `metadata`) come as keyword arguments too, None where a row
+    lacks one; a column named like a built-in one keeps the built-in's value.
+
+    >>> from rlstream.trainers.envs import Prompt
+    >>> p = Prompt("id", "2+2=", "numeric", 0, "4", metadata='{"level": "easy"}')
+    >>> reward_kwargs([p, Prompt("id2", "1+1=", "numeric", 0, "2")])["level"]
+    ['easy', None]
+    """
+    extra = [_columns(p) for p in prompts]
+    names = sorted({k for row in extra for k in row})
+    return {name: [row.get(name) for row in extra] for name in names} | {
         "prompts": prompts,
         "answer": [p.answer for p in prompts],
         "text": [p.text for p in prompts],
@@ -230,6 +240,14 @@ def reward_kwargs(prompts: list) -> dict[str, list]:
         "difficulty": [p.difficulty for p in prompts],
         "verifier": [p.verifier for p in prompts],
     }
+
+
+def _columns(prompt) -> dict:
+    try:
+        value = json.loads(getattr(prompt, "metadata", "") or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def call_reward(fn: RewardFn, completions: list[str], prompts: list) -> list[float]:

@@ -239,6 +239,59 @@ def test_a_submitted_run_is_followed_to_its_end_and_its_results_fetched(server, 
     assert client.post("/runs", json={"run_id": "api-it"}).status_code == 409
 
 
+def test_a_runs_policy_downloads_from_the_api_and_exports_from_the_servers_directory(
+    server, submitted, tmp_path
+):
+    """The newest policy version as a zip that plain transformers loads, and `rlstream export
+    --runs` pointed at the server's run directory finds the same run."""
+    import zipfile
+
+    from transformers import AutoModelForCausalLM
+
+    client, out = server
+    _events(client, "api-it")  # to its end
+    response = client.get("/runs/api-it/policy")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/zip"
+    (tmp_path / "policy.zip").write_bytes(response.content)
+    with zipfile.ZipFile(tmp_path / "policy.zip") as archive:
+        archive.extractall(tmp_path / "unzipped")
+    (directory,) = (tmp_path / "unzipped").iterdir()
+    assert AutoModelForCausalLM.from_pretrained(directory).config.model_type == "gpt2"
+    newest = json.loads((directory / "rlstream.json").read_text())["version"]
+    assert client.get("/runs/api-it/policy", params={"version": 10**6}).status_code == 404
+    page = client.get("/ui/runs/api-it").text
+    assert 'href="/runs/api-it/policy"' in page
+    exported = tmp_path / "exported"
+    result = subprocess.run([sys.executable, "-m", "rlstream.cli", "export", "api-it", "--out",
+                             str(exported), "--runs", str(out)], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads((exported / "rlstream.json").read_text())["version"] == newest
+
+
+def test_export_finds_a_live_servers_own_stack(tmp_path):
+    """A server with no running stack starts its own (OUT/_stack) and says where it is, so
+    `rlstream export --runs OUT` reads that stack instead of starting a second one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSTREAM_")}
+    env |= {"RLSTREAM_HOME": str(tmp_path / "home"), "RLSTREAM_API_TOKEN": TOKEN}
+    out, port = tmp_path / "served", _free_port()
+    cmd = [sys.executable, "-m", "rlstream.cli", "serve", "--port", str(port), "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    try:
+        _wait_until_up(proc, f"http://127.0.0.1:{port}/openapi.json", 90)
+        assert (out / "_serve" / "endpoints.json").is_file()
+        args = ["export", "nothing-yet", "--out", str(tmp_path / "x"), "--runs", str(out)]
+        result = subprocess.run([sys.executable, "-m", "rlstream.cli", *args], env=env,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 2 and "no policy versions" in result.stderr, result.stderr
+        assert not (out / "nothing-yet").exists()  # no second stack started for the copy
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert not (out / "_serve").exists()
+
+
 def test_delete_stops_a_run_cleanly_and_resume_continues_it(server, mlflow_url):
     client, out = server
     body = {"run_id": "api-stop", **SMALL, "rl": {**SMALL["rl"], "steps": 8},

@@ -114,11 +114,17 @@ async def _plain_publish(rows: list[dict]) -> None:
 
 
 REWARD_FN = '''
+import json
 import time
+from pathlib import Path
 
 
 def reward(completions, prompt_id, answer, **columns):
-    """TRL's shape; raises on boom-* prompts and hangs on stall-* ones, on purpose."""
+    """TRL's shape; raises on boom-* prompts and hangs on stall-* ones, on purpose. Notes the
+    file's own `numerator` column as it arrives (TRL passes every dataset column)."""
+    note = {"prompt_id": prompt_id[0], "numerator": columns.get("numerator", [None])[0]}
+    with open(Path(__file__).with_name("seen.jsonl"), "a") as seen:
+        seen.write(json.dumps(note) + "\\n")
     if prompt_id[0].startswith("boom"):
         raise RuntimeError("the grader's service is down")
     if prompt_id[0].startswith("stall"):
@@ -129,7 +135,7 @@ def reward(completions, prompt_id, answer, **columns):
 
 GRADED = [  # a math-verified column, and prompts the user's reward function fails on
     *({"prompt_id": f"half-{a}", "text": f"{a}/2=", "task": "quiz", "verifier": "math",
-       "answer": str(a / 2), "split": "train"} for a in range(1, 5)),
+       "answer": str(a / 2), "split": "train", "numerator": a} for a in range(1, 5)),
     *({"prompt_id": f"{kind}-{i}", "text": f"{kind} {i}=", "task": "exact", "answer": "1",
        "split": "train"} for kind in ("boom", "stall") for i in range(3)),
 ]  # fmt: skip
@@ -247,3 +253,15 @@ def test_a_raising_or_hanging_reward_function_is_dead_lettered_and_the_loop_goes
     rollouts = asyncio.run(_run_rows(endpoints, "rollouts", RUN))
     math = {r["verifier"] for r in rollouts if r["prompt_id"].startswith("half-")}
     assert math <= {"math"} and {r["verifier"] for r in rollouts} - {"math"} <= {None}
+
+
+def test_every_column_of_a_prompt_row_reaches_the_reward_function(user_run):
+    """A column the file adds (`numerator`) rides the prompt's metadata through the scheduler,
+    the rollout workers and the scorer to the user's reward function as a keyword argument."""
+    _, out, _ = user_run
+    seen = [json.loads(line) for line in (out / "seen.jsonl").read_text().splitlines()]
+    halves = [s for s in seen if s["prompt_id"].startswith("half-")]
+    assert halves, "no half-* prompt was graded"
+    for s in halves:
+        assert s["numerator"] == int(s["prompt_id"].removeprefix("half-")), s
+    assert all(s["numerator"] is None for s in seen if not s["prompt_id"].startswith("half-"))

@@ -74,6 +74,23 @@ def test_the_local_loop_trains_a_users_model_and_writes_a_loadable_directory(tmp
     assert 1 <= int(done.stdout.split()[-1]) <= 4
 
 
+def test_a_users_tokenizer_without_a_newline_pre_trains_on_its_own_end_token(tmp_path):
+    """Documents end in a newline; a character vocabulary without one (a user's Llama) gets
+    its own end-of-sequence token there, instead of a trainer that dies at start."""
+    from rlstream.trainers.lm import EOS, Tokenizer
+    from rlstream.trainers.pretrain import Corpus
+
+    model_dir = tiny_model_dir(tmp_path / "llama", "llama", tokenizer="chars")
+    tok = Tokenizer.load(model_dir)
+    assert tok.is_char and tok.unknown(EOS)
+    corpus = Corpus(["12+7=19" + EOS, "8+5=13" + EOS], tok, 16)
+    assert corpus.data[0, corpus.lens[0] - 1] == tok.eos_id
+    assert tok.decode(corpus.data[1, : corpus.lens[1] - 1].tolist()) == "8+5=13"
+    summary = train_local(tiny(f"model.path={model_dir}", "model.block_size=48"),
+                          LocalOptions(out_dir=str(tmp_path / "out"), progress=False))  # fmt: skip
+    assert summary["rl_steps"] == 4
+
+
 def test_a_hub_id_is_refused_with_the_command_that_fetches_it():
     done = subprocess.run(
         [sys.executable, "-m", "rlstream.cli", "train", "--model", "Qwen/Qwen2-0.5B"],

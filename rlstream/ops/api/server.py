@@ -23,6 +23,8 @@ summary.json). Runs use the server's stack (a running one, or one it starts for 
 
 import asyncio
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 from rlstream.config import ConfigError
@@ -35,6 +37,7 @@ def make_app(runs: Runs, token: str | None, endpoints=None):
     """The FastAPI app over `runs`; token None: no auth (loopback only, checked by the CLI)."""
     from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
     from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+    from starlette.background import BackgroundTask
 
     from rlstream.ops.api.webview import add_web_routes
 
@@ -102,6 +105,20 @@ def make_app(runs: Runs, token: str | None, endpoints=None):
         found(runs.status, run_id)
         return StreamingResponse(live_events(runs, run_id), media_type="text/event-stream")
 
+    @api.get("/runs/{run_id}/policy")
+    async def policy(run_id: str, version: int | None = None) -> FileResponse:
+        """A policy version (default: the newest) as a zip of its Hugging Face directory, which
+        `AutoModelForCausalLM.from_pretrained` loads once unpacked."""
+        found(runs.status, run_id)
+        if endpoints is None:
+            raise HTTPException(503, "this server has no stack to read policies from")
+        try:
+            archive = await asyncio.to_thread(policy_archive, endpoints, run_id, version)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return FileResponse(archive, media_type="application/zip", filename=archive.name,
+                            background=BackgroundTask(shutil.rmtree, archive.parent))  # fmt: skip
+
     @api.post("/datasets/{name}/prompts")
     async def publish_prompts(name: str, request: Request) -> dict:
         from rlstream.ops.commands.publish import publish_rows, verifier_check
@@ -119,6 +136,25 @@ def make_app(runs: Runs, token: str | None, endpoints=None):
 
     app.include_router(api)
     return app
+
+
+def policy_archive(endpoints, run_id: str, version: int | None) -> Path:
+    """The run's policy `version` (None: the newest) zipped in a fresh temporary directory; a
+    LookupError says what the run has instead."""
+    from rlstream.connectors.objectstore import ObjectStore
+    from rlstream.streams.policystore import download_policy, stored_versions
+
+    store = ObjectStore(endpoints)
+    versions = stored_versions(store, run_id)
+    if not versions:
+        raise LookupError(f"run {run_id!r} has no policy versions in the object store yet")
+    chosen = max(versions) if version is None else version
+    if chosen not in versions:
+        raise LookupError(f"run {run_id!r} has versions {', '.join(map(str, sorted(versions)))}")
+    work = Path(tempfile.mkdtemp(prefix="rlstream-policy-"))
+    name = f"{run_id}-policy-v{chosen:06d}"
+    download_policy(store, versions[chosen], work / name)
+    return Path(shutil.make_archive(str(work / name), "zip", work, name))
 
 
 async def live_events(runs: Runs, run_id: str, poll_s: float = 0.5):

@@ -77,6 +77,36 @@ def stack_or_endpoints(directory: Path, durable: bool = False) -> Iterator[tuple
         yield stack.endpoints, True
 
 
+SERVE_STACK, SERVE_ENDPOINTS = "_stack", "_serve"
+"""Under `rlstream serve --out DIR`: the embedded stack it starts for its runs (DIR/_stack), and
+its endpoints while it is up (DIR/_serve/endpoints.json), so other commands find its runs."""
+
+
+@contextlib.contextmanager
+def run_stack(runs: Path, run_id: str) -> Iterator[Endpoints]:
+    """The stack that holds a run's topics and objects, wherever `rlstream run` or `rlstream
+    serve` ran it: a configured or running stack; else a live server's over `runs`; else the
+    embedded stack the run used (its own, or the server's), started for this block."""
+    live = _live_server(runs / SERVE_ENDPOINTS)
+    own, served = runs / run_id / "stack", runs / SERVE_STACK
+    if not external_stack() and live is not None:
+        yield live
+        return
+    with stack_or_endpoints(served if served.is_dir() and not own.is_dir() else own) as (ends, _):
+        yield ends
+
+
+def _live_server(directory: Path) -> Endpoints | None:
+    """A running server's endpoints (None if none, or if the one that wrote them is gone)."""
+    import psutil
+
+    try:
+        alive = psutil.pid_exists(int((directory / "pid").read_text()))
+    except (OSError, ValueError):
+        return None
+    return Endpoints.from_state_file(directory) if alive else None
+
+
 async def _read_back(endpoints: Endpoints, run_id: str, limit: int) -> tuple[int, list[dict]]:
     event = get("prompts")
     only_run = RowFilter(event, f"run_id = '{run_id}'")

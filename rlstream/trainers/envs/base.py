@@ -26,10 +26,17 @@ class Prompt:
     answer: str
     verifier: str = ""
     """the family whose verifier checks it (`exact`, `numeric`, `math`, ...); empty: the task's"""
+    metadata: str = ""
+    """the row's further columns as a JSON object (empty: none); a reward function gets each
+    as a keyword argument, as TRL passes a dataset's columns"""
 
     def to_row(self) -> dict:
-        """The prompt as a plain dict (prompt_id, text, task, difficulty, answer, verifier)."""
-        return asdict(self)
+        """The prompt as a plain dict (prompt_id, text, task, difficulty, answer, verifier,
+        metadata where there is some)."""
+        row = asdict(self)
+        if not row["metadata"]:
+            del row["metadata"]
+        return row
 
 
 def make_prompt_id(task: str, text: str) -> str:

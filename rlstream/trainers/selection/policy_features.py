@@ -126,7 +126,8 @@ def reference_likelihood(
 
 
 def tuned_args() -> PredictiveArgs:
-    """The PPM-sampler settings tuned on the selection bench (see the README): 128 candidates
+    """The PPM-sampler settings tuned on the selection bench (docs/selection-benchmark.md):
+    128 candidates
     (more, and the fill, by answer format: FORMAT_TUNING), 40 fit steps; each family's prior
     strength fitted to its outcomes, candidates valued by their posterior's expected
     informativeness with hard tilt 2, ranked over all families (not per family), a 5% uniform

@@ -71,7 +71,7 @@ def build_sampler(
 
 
 def format_tuning(cfg) -> dict:
-    """The PPM sampler's settings tuned by answer format (policy_features.FORMAT_TUNING), each
+    """The PPM sampler's settings tuned by answer format (FORMAT_TUNING), each
     replaced where cfg.selection sets it: candidate_max, fill, explore_share, pseudo_count."""
     from rlstream.config.selection import FORMAT_TUNING
 
