@@ -15,11 +15,14 @@ def _series(evals: list[dict], task: str, metric: str) -> tuple[list[int], list[
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def plot_run(view: RunView, path: Path) -> Path:
+def plot_run(view: RunView, path: Path, lag_histogram: dict | None = None) -> Path:
+    """curves.png: losses, reward, accuracy, entropy, messages/s, and the policy lag at
+    rollout (the summary's histogram where given, so the two agree)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     ax = axes[0][0]  # the two phases one after the other on one step axis, each its own scale
@@ -52,33 +55,70 @@ def plot_run(view: RunView, path: Path) -> Path:
     lags = defaultdict(int)
     for lag in view.lags:
         lags[lag] += 1
+    if lag_histogram:
+        lags = {int(k): v for k, v in lag_histogram.items()}
     axes[1][2].bar(list(lags), list(lags.values()))
     axes[1][2].set(title="policy lag at rollout (groups)", xlabel="versions behind")
+    axes[1][2].xaxis.set_major_locator(MaxNLocator(integer=True))  # lags are whole versions
+    axes[1][2].yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
 
+def accuracy_by_task(evals: list[dict]) -> dict[str, tuple[float, float]]:
+    """task -> (greedy accuracy of the pre-trained policy, of the last evaluation), from the
+    run's held-out evaluations ("all" first)."""
+    out = {}
+    for task in sorted({r["task"] for r in evals if r["metric"] == "greedy"}):
+        steps, values = _series(evals, task, "greedy")
+        if steps:
+            out[task] = (values[0], values[-1])
+    return dict(sorted(out.items(), key=lambda kv: kv[0] != "all"))
+
+
+def headline(summary: dict, evals: list[dict]) -> list[str]:
+    """The comparison a reader looks for first: accuracy before and after RL per task, what
+    selection spent its rollouts on, and the loop's latency."""
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    lines = ["## Before and after RL (held-out greedy accuracy)", "",
+             "| task | pre-trained | final | change |", "|---|---|---|---|"]  # fmt: skip
+    by_task = accuracy_by_task(evals)
+    if not by_task and summary.get("final_accuracy") is not None:
+        by_task = {"all": (summary.get("pretrain_accuracy"), summary["final_accuracy"])}
+    for task, (before, after) in by_task.items():
+        change = "-" if before is None else f"{100 * (after - before):+.1f} points"
+        lines.append(f"| {task} | {pct(before)} | {pct(after)} | {change} |")
+    lines += ["", "## Selection and latency", "", "| figure | value |", "|---|---|"]
+    rows = [
+        ("sampler", summary.get("sampler")),
+        ("RL steps, pre-training steps", f"{summary.get('rl_steps')}, "
+                                         f"{summary.get('pretrain_steps')}"),
+        ("groups with no learning signal (all right or all wrong)",
+         pct(summary.get("zero_variance_share"))),
+        ("groups filtered before training (DAPO)", summary.get("filtered_groups")),
+        ("request -> experience, median / p99 (ms)",
+         f"{summary.get('request_to_experience_p50_ms')} / "
+         f"{summary.get('request_to_experience_p99_ms')}"),
+        ("trainer idle share", summary.get("trainer_idle_share")),
+        ("wall clock (s)", summary.get("wall_s")),
+    ]  # fmt: skip
+    lines += [f"| {k} | {v} |" for k, v in rows if v is not None]
+    lines += ["", "A uniform baseline on the same data is `rlstream bench selection` "
+              "(docs/selection-benchmark.md)."]  # fmt: skip
+    return lines
+
+
 def write_report(out: Path, summary: dict, view: RunView) -> Path:
-    plot = plot_run(view, out / "curves.png")
-    lines = [
-        f"# rlstream run {summary.get('run_id')}",
-        "",
-        "![curves](curves.png)",
-        "",
-        "| figure | value |",
-        "|---|---|",
-    ]
-    lines += [f"| {k} | {v} |" for k, v in summary.items()
-              if not isinstance(v, dict) and not (isinstance(v, list) and len(v) > 12)]  # fmt: skip
-    by_task = summary.get("final_by_task") or {}
-    if by_task:
-        lines += ["", "| task | final greedy accuracy |", "|---|---|"]
-        lines += [f"| {k} | {v:.3f} |" for k, v in sorted(by_task.items())]
+    """report.md: the headline comparison, the curves, then every figure (collapsed)."""
+    plot = plot_run(view, out / "curves.png", summary.get("policy_lag_histogram"))
+    lines = [f"# rlstream run {summary.get('run_id')}", "", *headline(summary, view.evals)]
+    lines += ["", "## Curves", "", "![curves](curves.png)"]
     memory, slopes = summary.get("rss_mb_end") or {}, summary.get("rss_mb_slope_per_1k_steps") or {}
     if memory:
-        lines += ["", "| process | resident memory at the end (MiB) | MiB per 1,000 RL steps |",
+        lines += ["", "## Processes", "",
+                  "| process | resident memory at the end (MiB) | MiB per 1,000 RL steps |",
                   "|---|---|---|"]  # fmt: skip
         lines += [f"| {k} | {v} | {slopes.get(k)} |" for k, v in memory.items()]
     refused = summary.get("bad_rows") or {}
@@ -86,7 +126,11 @@ def write_report(out: Path, summary: dict, view: RunView) -> Path:
         lines += ["", "## Rows refused at publish", ""]
         for source, rows in refused.items():
             lines += [f"- `{source}` {where}: {reason}" for where, reason in rows]
-    lines += ["", f"Plots: `{plot.name}`. Logs of every process: `logs/`."]
+    lines += ["", "<details><summary>Every figure of the run</summary>", "",
+              "| figure | value |", "|---|---|"]  # fmt: skip
+    lines += [f"| {k} | {v} |" for k, v in summary.items()
+              if not isinstance(v, dict) and not (isinstance(v, list) and len(v) > 12)]  # fmt: skip
+    lines += ["", "</details>", "", f"Plots: `{plot.name}`. Logs of every process: `logs/`."]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
