@@ -8,9 +8,10 @@
     SAMPLERS.lookup("uniform")   # the class; an unknown name lists the known ones
 
 A registry is a dict from name to object; registering a name twice is an error (STYLE.md: a
-duplicate name is an error, not a silent override). A registry declared with `fill=MODULE`
-imports that module (whose plug-ins register themselves) the first time its names are asked
-for, so a module that only validates a name (the config) need not import the plug-ins.
+duplicate name is an error, not a silent override). A name can be declared before its module is
+imported (`declare(name, "module:attr")`): the registry then knows the name, so a module that
+only validates one (the config, in every process) imports no plug-in, and the first `lookup`
+imports the module, whose decorator registers the object in the declaration's place.
 """
 
 from __future__ import annotations
@@ -20,29 +21,28 @@ from collections.abc import Callable
 
 
 class Registry(dict):
-    def __init__(self, kind: str, fill: str | None = None):
+    def __init__(self, kind: str):
         super().__init__()
         self.kind = kind
-        self._fill = fill
 
-    def filled(self) -> Registry:
-        """The registry after its plug-ins module (if any) has been imported once."""
-        if self._fill is not None:
-            module, self._fill = self._fill, None
-            importlib.import_module(module)
-        return self
+    def declare(self, name: str, where: str) -> None:
+        """Know `name` before its module is imported: `where` is "module:attr"."""
+        self.register(name)(where)
 
     def names(self) -> list[str]:
-        return sorted(self.filled())
+        return sorted(self)
 
     def register(self, name: str) -> Callable:
-        """Decorator adding the decorated object under `name` (ValueError if already there)."""
+        """Decorator adding the decorated object under `name` (ValueError if already there,
+        unless as this object's own declaration)."""
 
         def add(obj):
-            if name in self:
+            declared = self.get(name)
+            own = isinstance(declared, str) and declared == _where(obj)
+            if name in self and not own:
                 raise ValueError(
                     f"{self.kind} {name!r} is already registered (by "
-                    f"{getattr(self[name], '__qualname__', self[name])}); pick another name"
+                    f"{getattr(declared, '__qualname__', declared)}); pick another name"
                 )
             self[name] = obj
             return obj
@@ -50,15 +50,32 @@ class Registry(dict):
         return add
 
     def lookup(self, name: str):
-        """The object under `name`; an unknown name is a ValueError listing the known ones."""
-        self.filled()
+        """The object under `name` (importing its module if it was only declared); an unknown
+        name is a ValueError listing the known ones."""
         if name not in self:
             raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self))}")
+        if isinstance(self[name], str):
+            module, _, attr = self[name].partition(":")
+            self[name] = getattr(importlib.import_module(module), attr)
         return self[name]
 
 
-SELECTION_SAMPLERS = Registry("selection sampler", fill="rlstream.trainers.selection")
-"""Prompt samplers by name (`selection.sampler`); filled by `rlstream.trainers.selection`."""
+def _where(obj) -> str | None:
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return f"{module}:{name}" if module and name else None
+
+
+SELECTION_SAMPLERS = Registry("selection sampler")
+"""Prompt samplers by name (`selection.sampler`), declared here and registered by their modules
+in `rlstream.trainers.selection` (`register_sampler`)."""
+for _name, _where_ in {
+    "uniform": "rlstream.trainers.selection.base:UniformSelection",
+    "dapo": "rlstream.trainers.selection.dapo:DynamicSamplingSampler",
+    "greso": "rlstream.trainers.selection.greso:GresoSampler",
+    "mopps": "rlstream.trainers.selection.mopps:MoppsSampler",
+    "ppm": "rlstream.trainers.selection.predictive:PredictiveSampler",
+}.items():
+    SELECTION_SAMPLERS.declare(_name, _where_)
 
 
 def register_sampler(name: str):

@@ -30,11 +30,15 @@ def run_limits(path: Path | None) -> RowLimits:
     if path is None:
         return RowLimits()
     from rlstream.config import Config
-    from rlstream.trainers.lm import load_tokenizer
+    from rlstream.trainers.modelpath import vocab_size
 
     cfg = Config.read(path)
-    tok = load_tokenizer(cfg.model)
-    return RowLimits(tok.vocab_size, cfg.model.block_size, cfg.rl.group_size)
+    size = vocab_size(cfg.model)
+    if size is None:  # no tokenizer.json to read: the tokenizer itself says (torch comes along)
+        from rlstream.trainers.lm import load_tokenizer
+
+        size = load_tokenizer(cfg.model).vocab_size
+    return RowLimits(size, cfg.model.block_size, cfg.rl.group_size)
 
 
 def build(app_id: str, names: list[str], cfg: ProcessorConfig, endpoints: Endpoints) -> faust.App:

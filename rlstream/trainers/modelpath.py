@@ -93,3 +93,23 @@ def parse_lora(spec: str) -> dict:
         raise ModelPathError("model.lora: r (the adapters' rank) must be at least 1, e.g. r=16")
     return {"r": args["r"], "lora_alpha": args.get("alpha", 2.0 * args["r"]),
             "lora_dropout": args.get("dropout", 0.0), "target_modules": "all-linear"}  # fmt: skip
+
+
+def vocab_size(model) -> int | None:
+    """The vocabulary size of a model config's tokenizer read from its `tokenizer.json` with
+    the `tokenizers` library alone (None where there is none to read), so a process that only
+    checks token ids (the stream processors) imports neither torch nor transformers."""
+    kind, where = resolve_path(model.path)
+    if kind == "preset":
+        tok_kind, tok_where = parse_tokenizer(model.tokenizer, kind)
+        if tok_kind == "char":
+            return len(set(CHARS) | {EOS}) + 1  # <pad>, newline, the printable characters
+        if tok_kind != "dir":
+            return None
+        where = tok_where
+    path = Path(where) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)

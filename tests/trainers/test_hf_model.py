@@ -165,3 +165,16 @@ def test_a_bad_tokenizer_setting_names_the_field_and_the_fix(tmp_path):
         ModelConfig(path=str(user), tokenizer="bpe:300")
     with pytest.raises(ValueError, match="trained on the run's data"):
         load_tokenizer(ModelConfig(tokenizer="bpe:300"))
+
+
+def test_the_vocabulary_size_read_without_transformers_matches_the_tokenizers(tmp_path):
+    """The stream processors check token ids against the vocabulary they read from
+    tokenizer.json alone; it must be the size the loaded tokenizer has."""
+    from rlstream.config import ModelConfig
+    from rlstream.trainers.lm import load_tokenizer
+    from rlstream.trainers.modelpath import vocab_size
+
+    qwen = tiny_model_dir(tmp_path / "q", "qwen2")
+    chars = tiny_model_dir(tmp_path / "c", "llama", tokenizer="chars")
+    for model in (ModelConfig(), ModelConfig(path=str(qwen)), ModelConfig(path=str(chars))):
+        assert vocab_size(model) == load_tokenizer(model).vocab_size

@@ -250,7 +250,7 @@ class LiveFile:
                 "policy_lag": view.policy_lag,
                 "messages_per_s": round(sum(figures["messages_per_s"].values()), 2),
                 "completions": dict(view.completions),
-                "processes": {n: [p.get("cpu_percent"), p.get("rss_mb")]
+                "processes": {n: [p.get("cpu_percent"), p.get("rss_mb"), p.get("pss_mb")]
                               for n, p in figures["processes"].items()},
                 "servers": rss_mb(self.servers),
             })  # fmt: skip
@@ -262,7 +262,9 @@ class LiveFile:
 
 
 class ProcessUsage:
-    """CPU share (percent of one core, since the last sample) and resident memory of each
+    """CPU share (percent of one core, since the last sample), resident memory and proportional
+    memory (PSS: shared pages split between the processes that map them, so the processes'
+    sum is what they hold together; torch's libraries are most of each one's RSS) of each
     child process, as the design notes' per-process views show them."""
 
     def __init__(self):
@@ -278,12 +280,13 @@ class ProcessUsage:
             try:
                 proc = self._procs.setdefault(c.proc.pid, psutil.Process(c.proc.pid))
                 cpu = proc.cpu_percent(None)  # the first call of a process says 0.0
-                rss = proc.memory_info().rss / 2**20
+                memory = proc.memory_full_info()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
             if c.proc.poll() is not None:  # exited meanwhile: a zombie reads 0 bytes resident
                 continue
-            out[c.name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(rss, 1)}
+            out[c.name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(memory.rss / 2**20, 1),
+                           "pss_mb": round(memory.pss / 2**20, 1)}  # fmt: skip
         return out
 
 
@@ -329,9 +332,11 @@ def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
     run's target is flat (`benchmarks/soak.yaml`)."""
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)  # RL phase only
     last: dict[str, float] = {}
+    pss: dict[str, float] = {}
     for t in trace:
         step = t.get("rl_step") or 0
-        seen = {n: rss for n, (_, rss) in t.get("processes", {}).items() if rss is not None}
+        seen = {n: p[1] for n, p in t.get("processes", {}).items() if p[1] is not None}
+        pss |= {n: p[2] for n, p in t.get("processes", {}).items() if p[2:] and p[2] is not None}
         for name, rss in (seen | t.get("servers", {})).items():
             last[name] = rss
             if step:
@@ -339,6 +344,8 @@ def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
     sizes = [(step, size) for step, size in checkpoint_sizes if step]
     return {
         "rss_mb_end": dict(sorted(last.items())),
+        "pss_mb_end": dict(sorted(pss.items())),
+        "pss_mb_loop_total_end": round(sum(pss.values()), 1) if pss else None,
         "rss_mb_slope_per_1k_steps": {n: slope_per_1k(pts) for n, pts in sorted(series.items())},
         "checkpoint_bytes_end": sizes[-1][1] if sizes else None,
         "checkpoint_bytes_slope_per_1k_steps": slope_per_1k(sizes),
@@ -441,9 +448,11 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             scraped = Path(endpoints.prometheus_targets) / f"{cfg.run_id}.json"
             scraped.write_text(json.dumps(targets, indent=2))
         live = LiveFile(out / LIVE_FILE, cfg, servers=server_pids(endpoints))
-        tracked = {"at": time.monotonic()}
+        tracked = {"at": time.monotonic(), "startup_s": None}
 
         def tick(news: list[str]) -> None:
+            if tracked["startup_s"] is None and watcher.view.phase != "starting":
+                tracked["startup_s"] = round(time.monotonic() - started, 1)
             live.write(watcher.view, sup)
             if time.monotonic() - tracked["at"] > TRACK_EVERY_S:
                 tracked["at"] = time.monotonic()
@@ -481,6 +490,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 "embedded_stack": embedded,
                 "restarts": {c.name: c.restarts for c in sup.children if c.restarts},
                 "wall_s": round(time.monotonic() - started, 1),
+                "startup_s": tracked["startup_s"],  # launch -> the first pre-training figures
             }
             | scheduler_figures(watcher.view.evals)
         )

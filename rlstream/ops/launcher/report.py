@@ -117,10 +117,14 @@ def write_report(out: Path, summary: dict, view: RunView) -> Path:
     lines += ["", "## Curves", "", "![curves](curves.png)"]
     memory, slopes = summary.get("rss_mb_end") or {}, summary.get("rss_mb_slope_per_1k_steps") or {}
     if memory:
+        pss = summary.get("pss_mb_end") or {}
         lines += ["", "## Processes", "",
-                  "| process | resident memory at the end (MiB) | MiB per 1,000 RL steps |",
-                  "|---|---|---|"]  # fmt: skip
-        lines += [f"| {k} | {v} | {slopes.get(k)} |" for k, v in memory.items()]
+                  "| process | resident (RSS, MiB) | proportional (PSS, MiB) | RSS MiB per 1,000 "
+                  "RL steps |", "|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {k} | {v} | {pss.get(k, '-')} | {slopes.get(k)} |" for k, v in memory.items()]
+        if pss:
+            together = summary.get("pss_mb_loop_total_end")
+            lines.append(f"| the loop's processes together | | {together} | |")
     refused = summary.get("bad_rows") or {}
     if refused:
         lines += ["", "## Rows refused at publish", ""]
