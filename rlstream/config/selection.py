@@ -1,6 +1,6 @@
 """Which prompts are rolled out (`selection.*`), and the PPM featurizers' names and per-format
-tuning the sampler reads. Sampler names are checked against the registry, which fills itself
-on first use (`rlstream.registry`): nothing here imports a sampler."""
+tuning the sampler reads. Sampler names are checked against the registry's declared names
+(`rlstream.registry`): nothing here imports a sampler."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import yaml
 from rlstream.config.selection import FORMAT_TUNING
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.ops.launcher.loop import _run_rows
+from rlstream.ops.launcher.figures import _run_rows
 from rlstream.streams.policystore import stored_versions
 from rlstream.trainers.selection.predictive import STRENGTH_GRID
 from tests.integration.conftest import cli

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops.launcher.loop import _run_rows
+from rlstream.ops.launcher.figures import _run_rows
 from tests.integration.conftest import cli
 from tests.integration.test_loop import SMALL
 

@@ -347,7 +347,7 @@ def test_the_runs_are_tracked_in_mlflow_with_a_model_version_per_policy_version(
 
     from rlstream.connectors.endpoints import Endpoints
     from rlstream.connectors.objectstore import ObjectStore
-    from rlstream.ops.launcher.loop import _run_rows
+    from rlstream.ops.launcher.figures import _run_rows
     from rlstream.streams.policystore import download_policy
 
     client, runs = _mlflow_run(mlflow_url, "api-it")

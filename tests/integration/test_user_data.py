@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import pytest
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops.launcher.loop import _run_rows
+from rlstream.ops.launcher.figures import _run_rows
 from rlstream.trainers.datasets import split_of_row
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rlstream.ops.launcher.loop import latency
+from rlstream.ops.launcher.figures import latency
 from rlstream.trainers.envs import get_task
 from rlstream.trainers.experience import assemble_experience, complete_groups, score_rollouts
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlstream.ops.launcher.loop import resource_figures, slope_per_1k
+from rlstream.ops.launcher.live import resource_figures, slope_per_1k
 
 
 def test_the_slope_is_per_thousand_steps_and_needs_a_span():

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rlstream.config import Config, ConfigError, format_defaults, from_dict
-from rlstream.ops.launcher.loop import LIVE_FILE
+from rlstream.ops.launcher.live import LIVE_FILE
 
 SERVE_FILE = "serve.json"  # per run: the child's pid and command, written by the server
 

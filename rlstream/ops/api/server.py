@@ -30,7 +30,7 @@ from pathlib import Path
 from rlstream.config import ConfigError
 from rlstream.ops.api.auth import authorized_dependency
 from rlstream.ops.api.runs import RunConflict, RunNotFound, Runs, read_json
-from rlstream.ops.launcher.loop import LIVE_FILE
+from rlstream.ops.launcher.live import LIVE_FILE
 
 
 def make_app(runs: Runs, token: str | None, endpoints=None):

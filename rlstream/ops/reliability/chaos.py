@@ -456,7 +456,7 @@ def _one_fault(run: ChildRun, injector: Injector, fault: Fault, args, say) -> No
 def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s: float) -> float:
     """Run the processors and rollout workers again until every request issued has its group
     on rl.experience.v2 (what was in flight when the trainer stopped); seconds it took."""
-    from rlstream.ops.launcher.loop import Supervisor, child_env
+    from rlstream.ops.launcher.supervisor import Supervisor, child_env
 
     started = progressed = time.monotonic()
     sup = Supervisor(run_dir / "config.json", env | child_env(endpoints, cfg, run_dir),

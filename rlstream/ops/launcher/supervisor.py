@@ -1,0 +1,157 @@
+"""The loop's processes as supervised children: started with the run's endpoints, restarted
+when they crash (each resumes from its checkpoint or its committed offsets), stopped together."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlstream.config import Config
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.ops.stack import procs
+
+STOP_GRACE_S = 5.0  # children get this long after SIGTERM (the trainer saves; the scheduler
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen | None = None
+    metrics_port: int = 0
+    restarts: int = 0
+    finished: bool = False
+    crashes: list[float] = field(default_factory=list)  # monotonic times, within the window
+
+
+@dataclass
+class Supervisor:
+    """Starts the loop's processes and restarts a crashed one, unless it crashed more than
+    `loop.max_restarts` times within `loop.restart_window_s` (a crash loop, not a fault)."""
+
+    cfg_path: Path
+    env: dict[str, str]
+    log_dir: Path
+    workers: int = 2
+    children: list[Child] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        py, cfg = sys.executable, str(self.cfg_path)
+        run = Config.read(self.cfg_path)
+        self.max_restarts, self.window_s = run.loop.max_restarts, run.loop.restart_window_s
+        scoring = ["--run-id", run.run_id, "--config", cfg]
+        scoring += ["--reward-rules", run.rl.reward_rules] if run.rl.reward_rules else []
+        scoring += ["--reward-fn", run.rl.reward_fn] if run.rl.reward_fn else []
+        scoring += ["--verifier-timeout-s", str(run.rl.verifier_timeout_s)]
+        specs = [
+            ("trainer", [py, "-m", "rlstream.streams.trainer", "--config", cfg]),
+            ("scheduler", [py, "-m", "rlstream.streams.scheduler", "--config", cfg]),
+            (
+                "processors",
+                [
+                    py,
+                    "-m",
+                    "rlstream.streams.worker",
+                    "score_rollouts",
+                    "assemble_experience",
+                    "--app-id",
+                    self._group("processors"),
+                    *scoring,
+                ],
+            ),
+        ] + [
+            (
+                f"rollouts-{i}",
+                [
+                    py,
+                    "-m",
+                    "rlstream.streams.rollout_worker",
+                    "--config",
+                    cfg,
+                    "--worker-id",
+                    f"w{i}",
+                ],
+            )
+            for i in range(1, self.workers + 1)
+        ]
+        ports = procs.free_ports(len(specs))
+        self.children = [
+            Child(n, a, self.log_dir / f"{n}.log", metrics_port=port)
+            for (n, a), port in zip(specs, ports, strict=True)
+        ]
+
+    def metrics_endpoints(self) -> dict[str, str]:
+        """Where each process serves its Prometheus metrics."""
+        return {c.name: f"http://127.0.0.1:{c.metrics_port}/metrics" for c in self.children}
+
+    def _group(self, role: str) -> str:
+        return Config.read(self.cfg_path).group(role)
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for child in self.children:
+            self._spawn(child)
+
+    def _spawn(self, child: Child) -> None:
+        env = self.env | {"RLSTREAM_METRICS_PORT": str(child.metrics_port)}
+        child.proc = procs.spawn(child.argv, log=child.log, env=env)
+
+    def poll(self) -> list[str]:
+        """Restart crashed children; return events worth telling the user."""
+        news = []
+        for child in self.children:
+            code = child.proc.poll() if child.proc else None
+            if code is None or child.finished:
+                continue
+            if code == 0:
+                child.finished = True
+                news.append(f"{child.name} finished")
+                continue
+            now = time.monotonic()
+            child.crashes = [t for t in child.crashes if now - t < self.window_s] + [now]
+            if len(child.crashes) <= self.max_restarts:
+                child.restarts += 1
+                news.append(f"{child.name} exited with {code}; restart {child.restarts}")
+                self._spawn(child)
+            else:
+                child.finished = True
+                news.append(f"{child.name} crashed {len(child.crashes)} times in "
+                            f"{self.window_s:.0f} s; giving up (log: {child.log})")  # fmt: skip
+        return news
+
+    def trainer(self) -> Child:
+        return self.children[0]
+
+    def stop(self) -> None:
+        """SIGTERM every child at once; SIGKILL what is left after STOP_GRACE_S (a second
+        Ctrl-C while waiting kills them at once)."""
+        alive = [c.proc.pid for c in self.children if c.proc and c.proc.poll() is None]
+        procs.terminate_all(alive, timeout_s=STOP_GRACE_S)
+
+
+def child_env(endpoints: Endpoints, cfg: Config, run_dir: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ) | endpoints.as_env()
+    env["RLSTREAM_SESSION_TIMEOUT_MS"] = str(cfg.loop.session_timeout_ms)
+    env["OMP_NUM_THREADS"] = str(cfg.threads(streaming=True))
+    env["RLSTREAM_S3_RETRY_S"] = str(cfg.loop.s3_retry_s)
+    if run_dir is not None:
+        env["RLSTREAM_FAUST_DIR"] = str(Path(run_dir).resolve() / "faust")
+    return env
+
+
+def wait_for_trainer(sup: Supervisor, on_tick, timeout_s: float) -> bool:
+    """Supervise until the trainer exits cleanly; on_tick(news) drives the live view."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        news = sup.poll()
+        on_tick(news)
+        trainer = sup.trainer()
+        if trainer.finished:
+            return trainer.proc.returncode == 0
+        time.sleep(0.5)
+    return False
