@@ -53,6 +53,7 @@ def chaos(
     from datetime import UTC, datetime
 
     from rlstream.ops.reliability import chaos as chaos_mod
+    from rlstream.ops.reliability import chaos_figures
 
     chosen = tuple(k.strip() for k in kinds.split(",")) if kinds else chaos_mod.FAULT_KINDS
     unknown = [k for k in chosen if k not in chaos_mod.FAULT_KINDS]
@@ -79,9 +80,9 @@ def chaos(
                                    until=until)  # fmt: skip
         this = replace(cfg, run_id=rid if repeats == 1 else f"{rid}-{i}", seed=cfg.seed + i)
         result = chaos_mod.run_chaos(this, out, args, say=lambda m: print(m, flush=True))
-        console.print(chaos_mod.table(result))
+        console.print(chaos_figures.table(result))
         results.append(result)
-    figures = chaos_mod.combine(results) | chaos_mod.mtbf(results, fault_rate_per_h)
+    figures = chaos_figures.combine(results) | chaos_figures.mtbf(results, fault_rate_per_h)
     if repeats > 1:
         print_figures(f"chaos, {repeats} runs", {k: v for k, v in figures.items() if k != "runs"})
     write_summary(summary, figures)

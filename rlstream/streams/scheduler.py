@@ -48,13 +48,9 @@ import json
 import logging
 import re
 import signal
-import time
-from collections import defaultdict, deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-
-import numpy as np
 
 from rlstream import metrics
 from rlstream.config import Config
@@ -63,11 +59,18 @@ from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.connectors.reading import ReadRange, follow_run, read_run_rows, read_topic
+from rlstream.connectors.reading import read_run_rows
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
+from rlstream.streams.environment_state import EnvironmentState, collection_name, state_object
 from rlstream.streams.policystore import PolicyFollower
+from rlstream.streams.prompt_feed import (
+    Demand,
+    PromptFeed,
+    follow_trainer,
+    in_snapshot_order,
+)
+from rlstream.streams.selection_stats import Calibration, RewardGroups, SelectionClock
 from rlstream.trainers.checkpoint import from_bytes, to_bytes
-from rlstream.trainers.datasets import DatasetView, prompt_problem
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.experience import RowLimits, RowRefused, keep_rows_of_run, row_problem
 from rlstream.trainers.selection import records_to_batch
@@ -77,216 +80,12 @@ from rlstream.trainers.selection.policy_features import (
     static_featurizer,
     tuned_args,
 )
-from rlstream.trainers.selection.ppm import WarmStartError
 from rlstream.trainers.selection.registry import build_sampler
 
 log = logging.getLogger(__name__)
 PROMPTS, REWARDS = get("prompts"), get("rewards")
 REQUESTS, POLICY_VERSIONS = get("rollout_requests"), get("policy_versions")
 EVAL = get("eval_results")
-# Completed groups remembered to skip a redelivery: a duplicate comes from the processors
-# re-scoring the rollouts they had not committed when they were restarted, which is at most
-# the groups in flight (loop.target_in_flight, tens) plus one commit interval's worth.
-COMPLETED_KEPT = 10_000
-
-
-def in_snapshot_order(
-    pool: list[tuple[str, Prompt]], saved_keys: list[str]
-) -> list[tuple[str, Prompt]]:
-    """The pool with the snapshot's entries first, in its order (the restored sampler's
-    statistics are by position), then the entries that joined after it, in arrival order."""
-    at = {key: i for i, key in enumerate(saved_keys)}
-    return sorted(pool, key=lambda entry: at.get(entry[0], len(at)))  # stable for the rest
-
-
-class PromptRefused(DecodeError):
-    """A well-formed prompt the run cannot train on (no verifier, bad answer, text)."""
-
-    kind = "refused_prompt"
-
-
-class PromptFeed:
-    """The run's dataset on rl.prompts.v1, followed for the whole run.
-
-    Train-split prompts of `data.dataset` join the pool (by event id: a re-published row does
-    not repeat); held-out ones are kept out; prompts the run cannot train on (no verifier,
-    an answer the verifier cannot read, text the tokenizer or the context cannot take) are
-    dead-lettered with the reason, and the loop goes on.
-    """
-
-    def __init__(self, cfg: Config):
-        from rlstream.trainers.lm import load_tokenizer
-
-        self.view = DatasetView(cfg.data.dataset, cfg.data.heldout_frac)
-        self.tok = load_tokenizer(cfg.model)
-        self.max_chars = cfg.model.block_size - cfg.rl.max_new_tokens
-
-    def admit(self, rows: list[dict]) -> tuple[list[tuple[str, Prompt]], list[tuple[int, str]]]:
-        """(new pool entries, refused (row index, reason)) among a message's rows."""
-        fresh, refused = [], []
-        for i, row in enumerate(rows):
-            if not self.view.ours(row):
-                continue
-            problem = prompt_problem(row, self.tok, self.max_chars)
-            if problem:
-                refused.append((i, f"prompt {row['prompt_id']}: {problem}"))
-                continue
-            known = row["event_id"] in self.view.pool
-            if self.view.add_prompt(row) == "train" and not known:
-                fresh.append((row["event_id"], self.view.pool[row["event_id"]]))
-        return fresh, refused
-
-    async def load(self, endpoints: Endpoints) -> list[tuple[str, Prompt]]:
-        """The pool as the topic holds it now (a bounded read; refusals are left to follow)."""
-        pool = []
-        async for record in read_topic(endpoints, PROMPTS.topic, ReadRange()):
-            try:
-                rows = decode(record.value, record.headers, expect=("prompts",)).to_pylist()
-            except DecodeError:
-                continue
-            pool += self.admit(rows)[0]
-        return pool
-
-    async def follow(self, endpoints: Endpoints, dead: DeadLetters, join) -> None:
-        """Read the topic from the start for good: `join(entries)` for new pool entries,
-        dead letters for undecodable messages and refused prompts."""
-        async for record in read_topic(endpoints, PROMPTS.topic, ReadRange(follow=True)):
-            try:
-                rows = decode(record.value, record.headers, expect=("prompts",)).to_pylist()
-            except DecodeError as error:
-                await dead.send(record, error)
-                continue
-            fresh, refused = self.admit(rows)
-            for i, reason in refused:
-                await dead.send(record, PromptRefused(reason), part=i)
-            if fresh:
-                join(fresh)
-
-
-@dataclass
-class Demand:
-    """What the trainer has consumed, from its policy_versions announcements."""
-
-    rl_step: int = 0
-    groups_consumed: int = 0
-    started: bool = False  # the trainer announced its first RL policy
-    done: bool = False
-
-
-async def follow_trainer(endpoints: Endpoints, run_id: str, demand: Demand) -> None:
-    async with contextlib.aclosing(follow_run(endpoints, [POLICY_VERSIONS.topic], run_id)) as polls:
-        async for found in polls:
-            for row in found.get(POLICY_VERSIONS.name, []):
-                if row["phase"] == "done":
-                    demand.done = True
-                elif row["phase"] == "rl":
-                    demand.started = True
-                    demand.rl_step = max(demand.rl_step, row["step"])
-                    demand.groups_consumed = max(
-                        demand.groups_consumed, row["groups_consumed"] or 0
-                    )
-            if demand.done:
-                return
-
-
-class EnvironmentState:
-    """Prompt vectors with running outcome statistics in Qdrant, one collection per run.
-
-    Upserts are batched (`flush_every` groups); the payload carries task, attempts, successes,
-    pass rate and the last policy version that tried the prompt, so the neighbourhood of an
-    unseen prompt can be looked up by similarity. While the store is unavailable the statistics
-    stay in memory and the flush is retried every `RETRY_S`: selection never waits for it.
-    """
-
-    RETRY_S = 5.0
-
-    def __init__(self, endpoints: Endpoints, run_id: str, featurize, flush_every: int = 32):
-        from rlstream.connectors.vectors import VectorStore
-
-        self.featurize = featurize  # the PPM's prompt vectors (its neighbourhood is read here)
-        self.store = VectorStore.open(endpoints, collection_name(run_id), featurize.dim,
-                                      create=False)  # fmt: skip
-        self.ensured = False  # the collection is made at the first flush that reaches the store
-        with contextlib.suppress(Exception):  # unavailable: the first flush that reaches it
-            self.store.ensure()
-            self.ensured = True
-        self.stats: dict[str, dict] = {}
-        self.dirty: dict[str, Prompt] = {}
-        self.carried: list = []  # another run's points, to write under this run (warm start)
-        self.flush_every = flush_every
-        self.retry_at = 0.0  # monotonic; a failed flush waits until then
-
-    def observe(self, prompt: Prompt, rewards: list[float], policy_version: int) -> None:
-        s = self.stats.setdefault(
-            prompt.prompt_id, {"task": prompt.task, "attempts": 0, "successes": 0}
-        )
-        s["attempts"] += len(rewards)
-        s["successes"] += sum(r > 0.5 for r in rewards)
-        s["pass_rate"] = s["successes"] / s["attempts"]
-        s["last_policy_version"] = policy_version
-        self.dirty[prompt.prompt_id] = prompt
-        if len(self.dirty) >= self.flush_every and time.monotonic() >= self.retry_at:
-            self.flush()
-
-    def carry_over(self, points: list[dict]) -> None:
-        """Start from another run's collection (`selection.ppm_from`, rows of `export_ppm`):
-        its prompt vectors and outcome statistics are written into this run's collection now
-        (or at the next flush that reaches Qdrant), so a new run's neighbourhood features read
-        them from its first round; a prompt this run rolls out replaces them with its own."""
-        if points and len(points[0]["vector"]) != self.store.dim:
-            raise WarmStartError(
-                f"selection.ppm_from: that run embedded prompts in {len(points[0]['vector'])} "
-                f"dimensions, this run in {self.store.dim}; use its selection.ppm_features"
-            )
-        self.carried = points
-        self.flush()
-
-    def flush(self) -> bool:
-        """Upsert what changed; False (kept for the next try) if the store is unavailable."""
-        if not self.dirty and not self.carried:
-            return True
-        prompts = list(self.dirty.values())
-        try:
-            if not self.ensured:
-                self.store.ensure()
-                self.ensured = True
-            if self.carried:
-                self.store.upsert([p["id"] for p in self.carried],
-                                  [p["vector"] for p in self.carried],
-                                  [json.loads(p["payload"]) for p in self.carried])  # fmt: skip
-                self.carried = []
-            if not prompts:
-                return True
-            self.store.upsert(
-                [int(p.prompt_id, 16) for p in prompts],
-                self.featurize(prompts).tolist(),
-                [self.stats[p.prompt_id] | {"prompt_id": p.prompt_id} for p in prompts],
-            )
-        except Exception as exc:  # noqa: BLE001  (a server's client raises several kinds)
-            metrics.SCHEDULER_VECTOR_FAILURES.inc()
-            if self.retry_at == 0.0:
-                log.warning("vector store unavailable (%s); %d prompts kept, retrying every "
-                            "%.0f s", exc, len(self.dirty), self.RETRY_S)  # fmt: skip
-            self.retry_at = time.monotonic() + self.RETRY_S
-            return False
-        if self.retry_at:
-            log.info("vector store available again: %d prompts written", len(prompts))
-        self.retry_at = 0.0
-        self.dirty.clear()
-        return True
-
-    def close(self) -> None:
-        self.flush()
-        self.store.close()
-
-
-def collection_name(run_id: str) -> str:
-    return f"prompts-{run_id}"
-
-
-def state_object(run_id: str) -> str:
-    """Where the scheduler's snapshot lives in the object store."""
-    return f"{run_id}/scheduler/state.pt"
 
 
 def round_of(request_id: str) -> int:
@@ -575,135 +374,6 @@ class Scheduler:
                 self.calibration.observed(prompt.prompt_id, rewards)
         if done and self.sampler is not None:
             self.sampler.update([p for p, _ in done], [g for _, g in done])
-
-
-class SelectionClock:
-    """Seconds spent choosing prompts, by part (`SCHEDULER_SELECT_SECONDS`), and per round;
-    candidates scored per round (`SCHEDULER_CANDIDATES`)."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self.rounds = 0
-        self.candidates = 0  # prompts the PPM sampler scored (selection.ppm_candidates_max)
-
-    @contextlib.contextmanager
-    def part(self, name: str):
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            took = time.perf_counter() - started
-            self.seconds[name] = self.seconds.get(name, 0.0) + took
-            metrics.SCHEDULER_SELECT_SECONDS.labels(name).inc(took)
-
-    def screened(self, n: int) -> None:
-        self.candidates += n
-        metrics.SCHEDULER_CANDIDATES.inc(n)
-
-    def figures(self) -> dict[str, float]:
-        """{} before the first round; else the total and per-round milliseconds, by part, and
-        the candidates scored per round."""
-        if not self.rounds:
-            return {}
-        total = sum(self.seconds.values())
-        return {"select_s": round(total, 3),
-                "select_ms_per_round": round(1000 * total / self.rounds, 2),
-                "candidates_per_round": round(self.candidates / self.rounds, 1)} | {
-            f"{name}_ms_per_round": round(1000 * s / self.rounds, 2)
-            for name, s in sorted(self.seconds.items())
-        }  # fmt: skip
-
-    def state_dict(self) -> dict:
-        return {"seconds": dict(self.seconds), "rounds": self.rounds,
-                "candidates": self.candidates}  # fmt: skip
-
-    def load_state_dict(self, state: dict) -> None:
-        """A restarted scheduler goes on counting from its snapshot."""
-        self.seconds = dict(state.get("seconds", {}))
-        self.rounds = int(state.get("rounds", 0))
-        self.candidates = int(state.get("candidates", 0))
-
-
-class Calibration:
-    """The PPM's predictions for prompts picked before any of their rollouts, against the
-    groups those rollouts then scored: the predictor's calibration on unseen prompts, live,
-    over the last `window` such groups. Two windows: every first pick (`unseen`: biased, as the
-    sampler picks prompts it predicts to be informative, which narrows the range r sees) and
-    the picks of its uniform share (`uniform`: unbiased, what the benchmark's held-out r is)."""
-
-    WINDOWS = ("unseen", "uniform")
-
-    def __init__(self, window: int = 512, least: int = 16):
-        self.pending: dict[str, tuple[float, bool]] = {}  # id -> (prediction, uniform pick)
-        self.scored = {name: deque(maxlen=window) for name in self.WINDOWS}
-        self.least = least
-
-    def predicted(self, records, counts: dict) -> None:
-        for r in records:
-            if r.selected and r.prompt_id not in counts and r.prompt_id not in self.pending:
-                self.pending[r.prompt_id] = (r.predicted_pass_rate, r.reason == "uniform_share")
-
-    def observed(self, prompt_id: str, rewards: list[float]) -> None:
-        pred, uniform = self.pending.pop(prompt_id, (None, False))
-        if pred is None:
-            return
-        outcome = (pred, sum(r > 0.5 for r in rewards), len(rewards))
-        self.scored["unseen"].append(outcome)
-        if uniform:
-            self.scored["uniform"].append(outcome)
-
-    def figures(self) -> dict[str, dict]:
-        """Brier score and Pearson r per window that holds `least` groups."""
-        from rlstream.trainers.selection.ppm import calibration
-
-        out = {}
-        for name, scored in self.scored.items():
-            if len(scored) >= self.least:
-                pred, s, n = (np.array(col, dtype=float) for col in zip(*scored, strict=True))
-                out[name] = calibration(pred, s, n)
-        return out
-
-
-class RewardGroups:
-    """Reward rows gathered per request into complete groups, each group once.
-
-    A reward seen before is skipped: the same sample of a partial group, or any of one of the
-    newest `kept` completed groups (the processors re-score what they had not committed when
-    they were restarted), so no group reaches the sampler twice."""
-
-    def __init__(self, kept: int = COMPLETED_KEPT):
-        self.kept = kept
-        self.partial: dict[str, dict[int, float]] = defaultdict(dict)  # request -> sample -> r
-        self.completed: dict[str, None] = {}  # insertion-ordered: the oldest goes first
-
-    def add(self, rows: list[dict]) -> list[tuple[dict, list[float]]]:
-        """The groups `rows` complete: (the completing row, rewards by sample index)."""
-        done = []
-        for r in rows:
-            request_id = r["request_id"]
-            if request_id in self.completed:
-                metrics.SCHEDULER_REWARDS_REDELIVERED.inc()
-                continue
-            got = self.partial[request_id]
-            got.setdefault(r["sample_idx"], r["reward"])
-            if len(got) < r["group_size"]:
-                continue
-            del self.partial[request_id]
-            self.completed[request_id] = None
-            if len(self.completed) > self.kept:
-                del self.completed[next(iter(self.completed))]
-            done.append((r, [got[i] for i in sorted(got)]))
-        return done
-
-    def state_dict(self) -> dict:
-        return {"rewards": dict(self.partial), "completed": list(self.completed)}
-
-    def load_state_dict(self, state: dict) -> None:
-        for request_id, got in state["rewards"].items():
-            if isinstance(got, list):  # an older snapshot: rewards in arrival order, no samples
-                got = {-1 - i: r for i, r in enumerate(got)}
-            self.partial[request_id] = dict(got)
-        self.completed = dict.fromkeys(state.get("completed", []))
 
 
 def _strings(values: list[str]):

@@ -45,15 +45,23 @@ from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
-from rlstream.connectors.reading import follow_run, read_rows_where
+from rlstream.connectors.reading import follow_run
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
+from rlstream.streams.experience_checks import (
+    UntrainableRow,
+    VersionWindow,
+    due,
+    ledger_prefix,
+    untrainable,
+)
 from rlstream.streams.policystore import PolicyPruner, publish_policy
+from rlstream.streams.trainer_data import eval_rows, load_dataset
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
-from rlstream.trainers.datasets import DatasetView, usable
+from rlstream.trainers.datasets import usable
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
-from rlstream.trainers.experience import RowLimits, keep_rows_of_run, row_problem
+from rlstream.trainers.experience import keep_rows_of_run
 from rlstream.trainers.pretrain import Corpus
 from rlstream.trainers.rl import Experience
 
@@ -69,89 +77,6 @@ LEDGER_SCHEMA = pa.schema([
     ("request_id", pa.string()), ("outcome", pa.string()), ("rl_step", pa.int64()),
     ("policy_version", pa.int64()), ("event_ids", pa.list_(pa.string())),
 ])  # fmt: skip
-
-
-def ledger_prefix(run_id: str) -> str:
-    return f"{run_id}/trainer/ledger/"
-
-
-async def load_dataset(endpoints: Endpoints, cfg: Config) -> DatasetView:
-    """The run's dataset as the topics hold it: held-out prompts (evaluation) and documents
-    (pre-training), whoever published them. Generated documents sort first, by doc_id (ids
-    sort by index; partitions interleave on the wire), so the streamed pre-training sees the
-    corpus the in-process loop would."""
-    view = DatasetView(cfg.data.dataset, cfg.data.heldout_frac)
-    for row in await read_rows_where(endpoints, PROMPTS.topic, view.ours):
-        view.add_prompt(row)
-    for row in await read_rows_where(endpoints, CORPUS.topic, view.ours):
-        view.add_doc(row)
-    return view
-
-
-def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
-    rows = []
-    for metric in ("greedy", "pass1"):
-        if metric in result:
-            rows.append(
-                {"step": step, "task": "all", "metric": metric, "value": result[metric], "n": n}
-            )
-            for task, value in result.get(f"{metric}_by_task", {}).items():
-                rows.append({"step": step, "task": task, "metric": metric, "value": value, "n": n})
-    for row in rows:
-        row["event_id"] = make_event_id("eval", phase, step, row["task"], row["metric"])
-    return rows
-
-
-class UntrainableRow(DecodeError):
-    """An experience row that decodes but cannot be trained on: taken, it would put NaN into
-    the weights or crash the trainer on every restart (a poison pill)."""
-
-    kind = "untrainable_row"
-
-
-def untrainable(row: dict, vocab_size: int, block_size: int, group_size: int) -> str | None:
-    """Why this experience row cannot be trained on, or None (pure: the trainer dead-letters
-    the row with this reason)."""
-    return row_problem(row, RowLimits(vocab_size, block_size, group_size))
-
-
-class VersionWindow:
-    """Event ids by the policy version that produced them, kept only while trainable.
-
-    The trainer trains a row only while `version - row.policy_version <= max_policy_lag`, and its
-    version only grows: once a version falls below that floor, none of its rows can ever be
-    trained again, whether seen before or not, so their ids can be forgotten (`forget_before`).
-    A copy redelivered later is dropped as stale by its version alone (counted as stale, not as a
-    duplicate). The set stays about `(max_policy_lag + 1) x rows per version` ids however long
-    the run. An event id has one version: copies are byte-identical (the assembler keeps the
-    first copy of a group).
-    """
-
-    def __init__(self) -> None:
-        self.by_version: dict[int, set[str]] = defaultdict(set)
-
-    def __contains__(self, row: dict) -> bool:
-        return row["event_id"] in self.by_version.get(row["policy_version"], ())
-
-    def add(self, row: dict) -> None:
-        self.by_version[row["policy_version"]].add(row["event_id"])
-
-    def forget_before(self, floor: int) -> None:
-        for version in [v for v in self.by_version if v < floor]:
-            del self.by_version[version]
-
-    def __len__(self) -> int:
-        return sum(len(ids) for ids in self.by_version.values())
-
-    def state_dict(self) -> dict[str, list[str]]:
-        return {str(v): sorted(ids) for v, ids in self.by_version.items()}
-
-    def load_state_dict(self, state, version: int) -> None:
-        """`state` as saved; a checkpoint from before the window (a flat id list) is kept at
-        `version`, so it lasts as long as anything it could de-duplicate."""
-        if isinstance(state, list):
-            state = {str(version): state}
-        self.by_version = defaultdict(set, {int(v): set(ids) for v, ids in state.items()})
 
 
 class StreamTrainer:
@@ -423,18 +348,6 @@ class StreamTrainer:
         return m
 
 
-async def follow_fed_back(trainer: StreamTrainer) -> None:
-    """Hybrid mode: documents that reach rl.corpus.v1 during RL (verified rollouts fed back,
-    or any producer's) join the corpus the LM share of each update reads."""
-    topics = [CORPUS.topic]
-    async with contextlib.aclosing(follow_run(trainer.endpoints, topics, trainer.cfg.run_id)) as p:
-        async for found in p:
-            for row in found.get(CORPUS.name, []):
-                if row["doc_id"] not in trainer.doc_ids:
-                    trainer.doc_ids.add(row["doc_id"])
-                    trainer.arrived.append((row["doc_id"], row["text"]))
-
-
 async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
     cfg, st, counters = trainer.cfg, trainer.state, trainer.counters
     dead = DeadLetters(producer, consumer_name=cfg.group("trainer"), run_id=cfg.run_id)
@@ -494,14 +407,6 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
         await c.stop()
 
 
-def due(step: int, before: int, every: int, last: int) -> bool:
-    """Whether an eval or a checkpoint every `every` steps is due after an update that moved the
-    RL step from `before` to `step`. Never when it did not move (every group of the batch was
-    stale): a second checkpoint at a step wrote that step's ledger part again, with only the
-    stale groups, and the groups trained since the checkpoint before went out of the ledger."""
-    return step > before and (step % every == 0 or step == last)
-
-
 async def trainable(trainer: StreamTrainer, rows: list[dict], record, dead) -> list[dict]:
     """This run's rows of a message, less those that cannot be trained on (dead-lettered)."""
     cfg = trainer.cfg
@@ -512,6 +417,18 @@ async def trainable(trainer: StreamTrainer, rows: list[dict], record, dead) -> l
         await dead.send(record, UntrainableRow(f"{row['event_id']}: {problem}"), part=i)
 
     return await keep_rows_of_run(rows, cfg.run_id, lambda row: untrainable(row, *limits), refuse)
+
+
+async def follow_fed_back(trainer: StreamTrainer) -> None:
+    """Hybrid mode: documents that reach rl.corpus.v1 during RL (verified rollouts fed back,
+    or any producer's) join the corpus the LM share of each update reads."""
+    topics = [CORPUS.topic]
+    async with contextlib.aclosing(follow_run(trainer.endpoints, topics, trainer.cfg.run_id)) as p:
+        async for found in p:
+            for row in found.get(CORPUS.name, []):
+                if row["doc_id"] not in trainer.doc_ids:
+                    trainer.doc_ids.add(row["doc_id"])
+                    trainer.arrived.append((row["doc_id"], row["text"]))
 
 
 async def feed_corpus(trainer: StreamTrainer, producer: EventProducer, groups) -> None:

@@ -207,7 +207,7 @@ def test_no_artifact_of_the_run_holds_the_s3_secret(loop_run):
 
 def test_environment_state_is_in_qdrant(loop_run):
     from rlstream.connectors.vectors import VectorStore
-    from rlstream.streams.scheduler import collection_name
+    from rlstream.streams.environment_state import collection_name
 
     figures, _, _ = loop_run
     assert figures["qdrant_prompts"] > 0

@@ -7,7 +7,8 @@ from collections import Counter
 
 import pytest
 
-from rlstream.ops.reliability.chaos import FAULT_KINDS, ChaosArgs, combine, mtbf, schedule, survived
+from rlstream.ops.reliability.chaos import FAULT_KINDS, ChaosArgs, schedule
+from rlstream.ops.reliability.chaos_figures import combine, mtbf, survived
 
 
 def test_the_schedule_cycles_every_kind_evenly_and_is_seeded():
@@ -64,7 +65,8 @@ def test_mtbf_bound_is_the_rule_of_three_without_failures():
 
 
 def test_a_fault_the_run_finished_during_is_not_counted_unrecovered():
-    from rlstream.ops.reliability.chaos import Fault, unrecovered
+    from rlstream.ops.reliability.chaos import Fault
+    from rlstream.ops.reliability.chaos_figures import unrecovered
 
     assert unrecovered(Fault("s3-down", "s3", injected=1.0))
     assert not unrecovered(Fault("s3-down", "s3", injected=1.0, recovered=9.0))

@@ -144,7 +144,7 @@ def test_a_reasoning_gym_export_is_a_prompt_file_its_verifier_checks_anywhere(tm
 def test_a_restarted_scheduler_lines_its_pool_up_with_the_snapshot():
     """Partitions interleave differently on every read: the snapshot's order wins, and the
     prompts that joined after it follow in the order they were read."""
-    from rlstream.streams.scheduler import in_snapshot_order
+    from rlstream.streams.prompt_feed import in_snapshot_order
     from rlstream.trainers.envs import Prompt
 
     entries = [(f"e{i}", Prompt(f"p{i}", "t", "exact", 0, "a")) for i in range(6)]

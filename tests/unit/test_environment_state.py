@@ -13,15 +13,12 @@ import pytest
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.faults import FAULTS_DIR
-from rlstream.streams.scheduler import (
-    Calibration,
-    EnvironmentState,
-    SelectionClock,
-    WarmStartError,
-)
+from rlstream.streams.environment_state import EnvironmentState
+from rlstream.streams.selection_stats import Calibration, SelectionClock
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.selection.features import CachedFeaturizer, TextFeaturizer
 from rlstream.trainers.selection.neighbours import QdrantNeighbourhood
+from rlstream.trainers.selection.ppm import WarmStartError
 
 
 def _state(tmp_path, run_id: str = "env-it", flush_every: int = 4) -> EnvironmentState:

@@ -4,7 +4,7 @@ survives the snapshot. No servers: rows are handed to `RewardGroups.add`."""
 
 from __future__ import annotations
 
-from rlstream.streams.scheduler import RewardGroups
+from rlstream.streams.selection_stats import RewardGroups
 from rlstream.trainers.checkpoint import from_bytes, to_bytes
 
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from rlstream.config import load_config
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.streams.trainer import StreamTrainer, VersionWindow, due
+from rlstream.streams.experience_checks import VersionWindow, due
+from rlstream.streams.trainer import StreamTrainer
 
 G, P, LAG = 2, 1, 2
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlstream.schemas import decode, encode, get, rows_to_batch
-from rlstream.streams.trainer import untrainable
+from rlstream.streams.experience_checks import untrainable
 
 ROW = {"event_id": "e", "request_id": "r", "prompt_id": "p", "sample_idx": 1, "task": "add",
        "prompt_tokens": [5, 6], "completion_tokens": [7, 1], "logprobs": [-0.5, -0.1],

@@ -68,7 +68,7 @@ def scheduler_figures(evals: list[dict]) -> dict:
 def qdrant_figures(endpoints: Endpoints, cfg: Config) -> dict:
     """Prompts with outcome statistics in the run's Qdrant collection (the environment state)."""
     from rlstream.connectors.vectors import VectorStore
-    from rlstream.streams.scheduler import collection_name
+    from rlstream.streams.environment_state import collection_name
 
     store = VectorStore.open(endpoints, collection_name(cfg.run_id), 0, create=False)
     try:

@@ -49,16 +49,21 @@ import os
 import random
 import signal
 import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
 from rlstream.config import Config
-from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.faults import FAULTS_DIR
 from rlstream.ops.launcher.childrun import ChildRun, RunFailed, wait_for
+from rlstream.ops.reliability.audit import (
+    audit_run,
+    drain,
+)
+from rlstream.ops.reliability.chaos_figures import (
+    _pct,
+    survived,
+    unrecovered,
+)
 from rlstream.schemas import get
 
 log = logging.getLogger(__name__)
@@ -67,11 +72,6 @@ PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
                   "kill:processors", "kill:rollouts", "stop:rollouts")  # fmt: skip
 STORE_FAULTS = ("kill:broker", "s3-down", "qdrant-down")
 FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS
-UNTRAINED = ("stale", "filtered", "untrained_at_end")
-DRAIN_STALL_S = 45.0
-"""A drain that produced no group for this long restarts its processes: once, a drain's rollout
-workers idled through the whole drain timeout (180 s) on a durable stack just after the run's
-Ctrl-C, cause not found; a second drain of the same run served the requests in 42 s."""
 UNTIL = {
     "steps": "the run trains all its rl.steps, faults spread evenly over them",
     "faults": "faults one after another; once the last recovered and tail_steps more steps are "
@@ -349,27 +349,6 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     return result
 
 
-def unrecovered(f: Fault) -> bool:
-    """Injected, and the loop never trained again while the run went on."""
-    return bool(f.injected) and f.recovered is None and not f.detail.get("run_ended_first")
-
-
-def survived(r: dict) -> bool:
-    """The run's verdict: every fault recovered, nothing lost or trained twice, no request
-    issued twice, the archive equal to what was published, and the run complete (or, until
-    faults, stopped cleanly once they were over)."""
-    ended = r["stopped_cleanly"] if r.get("until") == "faults" else r["completed"]
-    return bool(
-        ended and r["unrecovered_faults"] == 0 and r["experience_lost"] == 0
-        and r["trained_twice"] == 0 and r["archive_matches_published"]
-        and not r.get("requests_reissued")
-    )  # fmt: skip
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 2) if values else None
-
-
 def _inject_all(run: ChildRun, injector: Injector, faults, cfg: Config, args, say) -> None:
     """Inject each fault once RL is `warmup_steps` in, each after the previous one recovered
     (until steps: spread evenly over the steps that are left, recoveries taking steps too); stop
@@ -451,238 +430,3 @@ def _one_fault(run: ChildRun, injector: Injector, fault: Fault, args, say) -> No
         fault.recovered = time.time()
     elif run.ended():  # the run finished its steps during the fault (the audit
         fault.detail["run_ended_first"] = True  # still checks it); no recovery time
-
-
-def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s: float) -> float:
-    """Run the processors and rollout workers again until every request issued has its group
-    on rl.experience.v2 (what was in flight when the trainer stopped); seconds it took."""
-    from rlstream.ops.launcher.supervisor import Supervisor, child_env
-
-    started = progressed = time.monotonic()
-    sup = Supervisor(run_dir / "config.json", env | child_env(endpoints, cfg, run_dir),
-                     run_dir / "logs" / "drain", cfg.loop.rollout_workers)  # fmt: skip
-    sup.children = [c for c in sup.children if c.name not in ("trainer", "scheduler")]
-    sup.start()
-    done = -1
-    try:
-        while time.monotonic() - started < timeout_s:
-            issued, groups = asyncio.run(_requests_and_groups(endpoints, cfg.run_id))
-            if issued <= groups.keys():
-                break
-            if len(groups) > done:
-                done, progressed = len(groups), time.monotonic()
-            elif time.monotonic() - progressed > DRAIN_STALL_S:
-                log.warning("drain: no group for %.0f s; restarting its processes", DRAIN_STALL_S)
-                sup.stop()
-                sup.start()
-                progressed = time.monotonic()
-            sup.poll()
-            time.sleep(2)
-    finally:
-        sup.stop()
-    return round(time.monotonic() - started, 1)
-
-
-async def _requests_and_groups(endpoints: Endpoints, run_id: str):
-    from rlstream.connectors.reading import read_run_rows
-
-    requests = await read_run_rows(endpoints, get("rollout_requests").topic, run_id)
-    experience = await read_run_rows(endpoints, get("experience").topic, run_id)
-    groups: dict[str, set[str]] = defaultdict(set)
-    for r in experience:
-        groups[r["request_id"]].add(r["event_id"])
-    return {r["request_id"] for r in requests}, groups
-
-
-async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
-    """Account for every rollout request of the run by event id (see the module's doc)."""
-    from aiokafka import TopicPartition
-
-    from rlstream.connectors.objectstore import ObjectStore
-    from rlstream.connectors.reading import ReadRange, read_run_rows, read_topic
-    from rlstream.ops.commands.topics import committed_offsets
-    from rlstream.schemas import DecodeError, decode
-    from rlstream.streams.trainer import ledger_prefix
-
-    run_id, g = cfg.run_id, cfg.rl.group_size
-    issued = await read_run_rows(endpoints, get("rollout_requests").topic, run_id)
-    requests = {r["request_id"] for r in issued}
-    groups: dict[str, set[str]] = defaultdict(set)
-    first_offset: dict[str, tuple[int, int]] = {}  # request -> (partition, offset) of its group
-    published: list[str] = []
-    topic = get("experience").topic
-    async for record in read_topic(endpoints, topic, ReadRange()):
-        try:
-            rows = decode(record.value, record.headers, expect=("experience",)).to_pylist()
-        except DecodeError:
-            continue  # dead-lettered by the consumers; not experience of this run
-        for r in rows:
-            if r["run_id"] != run_id:
-                continue
-            published.append(r["event_id"])
-            groups[r["request_id"]].add(r["event_id"])
-            first_offset.setdefault(r["request_id"], (record.partition, record.offset))
-    parts = {p for p, _ in first_offset.values()}
-    committed = await committed_offsets(
-        endpoints, cfg.group("trainer"), [TopicPartition(topic, p) for p in sorted(parts)]
-    )
-    committed_at = {tp.partition: off for tp, off in committed.items()}
-    store = ObjectStore(endpoints)
-    ledger = store.read_parquet_prefix(ledger_prefix(run_id))
-    entries = ledger.to_pylist() if ledger.num_rows else []
-    outcomes: dict[str, set[str]] = defaultdict(set)
-    trained = Counter()
-    for e in entries:
-        outcomes[e["request_id"]].add(e["outcome"])
-        if e["outcome"] == "trained":
-            trained.update(e["event_ids"])
-    held = held_in_checkpoint(store, run_id)
-    accounted = Counter()
-    lost: list[str] = []
-    for rid in sorted(requests):
-        if "trained" in outcomes.get(rid, ()):
-            accounted["trained"] += 1
-        elif outcomes.get(rid):
-            accounted[sorted(outcomes[rid] & set(UNTRAINED))[0]] += 1
-        elif rid in held:
-            accounted["held_in_checkpoint"] += 1
-        elif rid in first_offset and first_offset[rid][1] >= committed_at.get(
-            first_offset[rid][0], 0
-        ):
-            accounted["unconsumed_at_end"] += 1
-        else:
-            lost.append(rid)
-    archive = store.read_parquet_prefix(f"{run_id}/experience/")
-    archived = archive.column("event_id").to_pylist() if archive.num_rows else []
-    traces = await trace_requests(endpoints, cfg, lost[:20]) if lost else {}
-    return {
-        "requests": len(requests),
-        "requests_reissued": len(issued) - len(requests),
-        "groups_by_outcome": dict(sorted(accounted.items())),
-        "experience_lost": len(lost),
-        "lost_requests": traces,
-        "incomplete_groups": sum(1 for rid in requests if rid in groups and len(groups[rid]) != g),
-        "trained_twice": sum(n - 1 for n in trained.values() if n > 1),
-        "experience_published": len(set(published)),
-        "experience_redelivered": len(published) - len(set(published)),
-        "archive_matches_published": set(archived) == set(published)
-        and len(archived) == len(set(archived)),
-    }
-
-
-def held_in_checkpoint(store, run_id: str) -> set[str]:
-    """The requests whose rows the trainer's newest checkpoint holds, taken but not trained yet:
-    their offsets were committed with it, and a resumed run trains them (a run stopped with
-    Ctrl-C writes no final checkpoint, whose ledger would say `untrained_at_end`)."""
-    from rlstream.connectors.objectstore import PrefixStore, checkpoint_prefix
-    from rlstream.trainers.checkpoint import latest_checkpoint
-
-    ck = latest_checkpoint(PrefixStore(store, checkpoint_prefix(run_id)))
-    if ck is None:
-        return set()
-    stream = ck["stream"]
-    groups = [*stream["ready"], *stream["pending"].values()]
-    return {rows[0]["request_id"] for rows in groups if rows}
-
-
-async def trace_requests(endpoints: Endpoints, cfg: Config, ids: list[str]) -> dict:
-    """Where each request's messages are: topic -> [partition, offset, produced time] of the
-    first message holding it (what a lost request reached before it was lost)."""
-    from rlstream.connectors.reading import ReadRange, read_topic
-    from rlstream.schemas import DecodeError, decode
-
-    wanted, found = set(ids), {rid: {} for rid in ids}
-    run_id, changelog = cfg.run_id, f"{cfg.group('processors')}-pending_groups-changelog"
-    async for record in read_topic(endpoints, changelog, ReadRange()):
-        key = (record.key or b"").decode(errors="replace")
-        if key in wanted:  # the assembler's table writes for it (what a restart recovers)
-            value = json.loads(record.value) if record.value else None
-            state = "tombstone" if value is None else {k: len(v) if isinstance(v, list) else v
-                                                       for k, v in value.items()}  # fmt: skip
-            found[key].setdefault("changelog", []).append([record.partition, record.offset, state])
-    for name in ("rollout_requests", "rollouts", "rewards", "experience"):
-        async for record in read_topic(endpoints, get(name).topic, ReadRange()):
-            try:
-                rows = decode(record.value, record.headers, expect=(name,)).to_pylist()
-            except DecodeError:
-                continue
-            for r in rows:
-                if r["run_id"] == run_id and r["request_id"] in wanted:
-                    at = [record.partition, record.offset, str(r["produced_at"])]
-                    found[r["request_id"]].setdefault(name, at)
-    return found
-
-
-def table(result: dict) -> str:
-    """The fault log and the verdict as Markdown tables."""
-    lines = ["| # | fault | target | step | at (s) | recovery (s) | after lifted (s) | note |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for i, f in enumerate(result["fault_log"], 1):
-        shown = ("kind", "target", "step", "at_s", "recovery_s", "after_lifted_s")
-        note = ", ".join(f"{k} {v}" for k, v in f.items() if k not in shown)
-        lines.append(f"| {i} | {f['kind']} | {f['target']} | {f['step']} | {f['at_s']} | "
-                     f"{f['recovery_s']} | {f['after_lifted_s']} | {note} |")  # fmt: skip
-    keys = ("faults", "fault_kinds", "unrecovered_faults", "recovery_p50_s", "recovery_p99_s",
-            "requests", "requests_reissued", "groups_by_outcome", "experience_lost",
-            "trained_twice", "incomplete_groups", "archive_matches_published", "until",
-            "completed", "stopped_cleanly", "stop_s", "rl_steps", "restarts", "final_accuracy",
-            "drain_s", "wall_s", "survived")  # fmt: skip
-    lines += ["", "| figure | value |", "|---|---|"]
-    lines += [f"| {k} | {result.get(k)} |" for k in keys]
-    return "\n".join(lines)
-
-
-def combine(results: list[dict]) -> dict:
-    """The figures of one or several chaos runs: counts summed, kinds joined, recovery
-    percentiles over every fault of every run, each run kept under `runs`."""
-    recoveries = [f["recovery_s"] for r in results for f in r["fault_log"]
-                  if f["recovery_s"] is not None]  # fmt: skip
-    return {
-        "faults": sum(r["faults"] for r in results),
-        "fault_kinds": sorted({k for r in results for k in r["fault_kinds"]}),
-        "unrecovered_faults": sum(r["unrecovered_faults"] for r in results),
-        "experience_lost": sum(r["experience_lost"] for r in results),
-        "trained_twice": sum(r["trained_twice"] for r in results),
-        "archive_matches_published": all(r["archive_matches_published"] for r in results),
-        "completed": all(r["completed"] for r in results),
-        "recovery_p50_s": _pct(recoveries, 50),
-        "recovery_p99_s": _pct(recoveries, 99),
-        "survived": all(r["survived"] for r in results),
-        "runs": results,
-    }
-
-
-def mtbf(results: list[dict], fault_rate_per_h: float) -> dict:
-    """An MTBF bound from chaos runs. With k of n injected faults not survived (a run that
-    failed its audit counts its unrecovered faults, at least one), the chance that a fault is
-    not survived is at most p, the exact one-sided 95% (Clopper-Pearson) upper bound: about
-    3/n when k = 0 (the rule of three). At `fault_rate_per_h` process faults an hour in
-    production, failures come at most p x rate an hour, so MTBF >= 1 / (p x rate)."""
-    n = sum(r["faults"] for r in results)
-    k = sum(0 if r["survived"] else max(1, r["unrecovered_faults"]) for r in results)
-    if n == 0:
-        return {"faults_total": 0}
-    p = binomial_upper_bound(k, n)
-    return {
-        "faults_total": n,
-        "faults_not_survived": k,
-        "p_not_survived_95": round(p, 4),
-        "assumed_faults_per_h": fault_rate_per_h,
-        "mtbf_lower_bound_h": round(1 / (p * fault_rate_per_h), 1),
-    }
-
-
-def binomial_upper_bound(k: int, n: int, confidence: float = 0.95) -> float:
-    """The p at which seeing k or fewer in n has probability 1 - confidence (bisection)."""
-    from math import comb
-
-    def cdf(p: float) -> float:
-        return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
-
-    if k >= n:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) > 1 - confidence else (lo, mid)
-    return hi

@@ -124,7 +124,7 @@ class QdrantNeighbourhood:
 
     With `writes` (the default) `add` upserts the running counts; without, the collection is
     written by someone else and only read here: the streaming scheduler's environment state
-    (`streams.scheduler.EnvironmentState`) writes its run's collection and the PPM's
+    (`streams.environment_state.EnvironmentState`) writes its run's collection and the PPM's
     neighbourhood features are read back from it. An in-memory mirror of what `add` saw
     answers while Qdrant is unavailable (`fallbacks` counts those queries)."""
 
