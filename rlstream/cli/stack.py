@@ -24,14 +24,23 @@ def stack_up(
         False, help="Also run Prometheus: it scrapes every run on the stack, with the alert rules."
     ),
     foreground: bool = typer.Option(False, help="Run in this terminal; Ctrl-C stops it."),
+    broker: str = typer.Option(
+        None, help="tansu or kafka (Apache Kafka, KRaft) [default: $RLSTREAM_STACK_BROKER, tansu]"
+    ),
+    nodes: int = typer.Option(
+        None, help="Kafka nodes: 1, or 3 (replication 3, min ISR 2) [default: 1]"
+    ),
 ) -> None:
-    """Start the broker and the S3 server (once: a running stack is reused)."""
+    """Start the broker and the S3 server (once: a running stack is reused). Apache Kafka's
+    jars are fetched from Maven Central the first time (Java 17 and Maven needed)."""
     from rlstream.ops.stack import supervisor as stackctl
 
     directory = state_dir_or_default(state_dir)
     if foreground:
-        raise typer.Exit(stackctl.supervise(directory, durable, prometheus))
-    state, started = stackctl.up(directory, durable=durable, prometheus=prometheus)
+        raise typer.Exit(stackctl.supervise(directory, durable, prometheus, broker, nodes))
+    state, started = stackctl.up(
+        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes
+    )
     verb = "started" if started else "already running"
     console.print(f"[green]stack {verb}[/] in {directory}")
     _print_endpoints(state["endpoints"])

@@ -15,6 +15,8 @@ ENDPOINTS_FILE = "endpoints.json"
 
 _ENV = {
     "kafka_bootstrap": "RLSTREAM_KAFKA_BOOTSTRAP",
+    "broker": "RLSTREAM_BROKER",
+    "replication_factor": "RLSTREAM_KAFKA_REPLICATION",
     "kafka_security_protocol": "RLSTREAM_KAFKA_SECURITY_PROTOCOL",
     "kafka_sasl_mechanism": "RLSTREAM_KAFKA_SASL_MECHANISM",
     "kafka_username": "RLSTREAM_KAFKA_USERNAME",
@@ -46,6 +48,11 @@ class Endpoints:
     """Addresses and credentials of the broker, the object store and the vector store."""
 
     kafka_bootstrap: str = "127.0.0.1:9092"
+    broker: str = "unknown"
+    """What the broker is: `kafka` (Apache Kafka: batched, idempotent producers), `tansu` or
+    `unknown` (one record per batch, no idempotence: what any Kafka-protocol broker takes)."""
+    replication_factor: int = 1
+    """Replicas of each topic rlstream creates (3 on a three-node Kafka, min ISR one less)."""
     kafka_security_protocol: str = "PLAINTEXT"
     """PLAINTEXT, or SASL_PLAINTEXT / SASL_SSL for a broker that authenticates clients."""
     kafka_sasl_mechanism: str | None = None
@@ -110,6 +117,11 @@ class Endpoints:
         """Everything but the secrets, for logs and status tables."""
         return {k: v for k, v in asdict(self).items() if k not in SECRET_FIELDS}
 
+    @property
+    def is_kafka(self) -> bool:
+        """Apache Kafka: correct ListOffsets, idempotent producers, transactions, retention."""
+        return self.broker == "kafka"
+
     def kafka_auth(self) -> dict[str, object]:
         """aiokafka's security settings (none for a PLAINTEXT broker)."""
         if self.kafka_security_protocol == "PLAINTEXT":
@@ -128,6 +140,7 @@ class Endpoints:
 
 SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "kafka_username", "kafka_password")
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
+BROKER_KINDS = ("kafka", "tansu", "unknown")
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
@@ -143,5 +156,11 @@ def _parse(name: str, var: str, raw: str) -> object:
     if name == "session_timeout_ms":
         if not raw.isdigit():
             raise ValueError(f"{var}={raw!r}: expected a whole number of milliseconds")
+        return int(raw)
+    if name == "broker" and raw not in BROKER_KINDS:
+        raise ValueError(f"{var}={raw!r}: expected one of {', '.join(BROKER_KINDS)}")
+    if name == "replication_factor":
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"{var}={raw!r}: expected a whole number of replicas, 1 or more")
         return int(raw)
     return raw

@@ -1,8 +1,12 @@
-"""Kafka clients over aiokafka, configured for what INFRA.md measured on the Tansu broker.
+"""Kafka clients over aiokafka, configured for the broker the endpoints name.
 
-- Producers write one record per Kafka record batch (`max_batch_size=1`): Tansu's ListOffsets
-  is wrong for multi-record batches. No idempotence, no transactions (the broker has neither):
-  delivery is at-least-once and sinks de-duplicate by `event_id`.
+- On Apache Kafka (`Endpoints.broker == "kafka"`) producers batch, are idempotent and wait for
+  every in-sync replica. On Tansu (or a broker not named) they write one record per Kafka
+  record batch (`max_batch_size=1`: Tansu's ListOffsets is wrong for multi-record batches),
+  without idempotence (Tansu has none). Either way delivery is at-least-once end to end and
+  sinks de-duplicate by `event_id`.
+- Topics are created with the endpoints' replication factor (min ISR one less) and, on the
+  high-volume topics, time and size retention (`RETENTION`), which Apache Kafka enforces.
 - A send the broker refuses (a durable broker whose S3 server is down answers UnknownError) is
   sent again with backoff for the S3 retry budget (`objectstore.retry_budget_s`) before it
   fails: an outage stalls the producer instead of crashing it.
@@ -58,20 +62,26 @@ class TopicConfigError(RuntimeError):
     """An existing topic has a partition count other than the design's."""
 
 
-def producer(endpoints: Endpoints, **overrides) -> AIOKafkaProducer:
-    """An unstarted producer: one record per batch, acks from the leader, no idempotence."""
-    settings = dict(
+def producer_settings(endpoints: Endpoints) -> dict:
+    """aiokafka producer settings for the endpoints' broker. Apache Kafka: batched (up to
+    1 MiB, 2 ms linger), idempotent, acks from every in-sync replica. Tansu or a broker not
+    named: one record per batch (Tansu's ListOffsets needs it), acks from the leader."""
+    if endpoints.is_kafka:
+        batching = dict(max_batch_size=1 << 20, linger_ms=2, acks="all", enable_idempotence=True)
+    else:
+        batching = dict(max_batch_size=1, linger_ms=0, acks=1, enable_idempotence=False)
+    return dict(
         bootstrap_servers=endpoints.kafka_bootstrap,
-        max_batch_size=1,  # one record per record batch: keeps ListOffsets right on Tansu
-        linger_ms=0,
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
-        acks=1,
-        enable_idempotence=False,
         max_request_size=DEFAULT_MAX_MESSAGE_BYTES + 64_000,
+        **batching,
         **endpoints.kafka_auth(),
     )
-    settings.update(overrides)
-    return AIOKafkaProducer(**settings)
+
+
+def producer(endpoints: Endpoints, **overrides) -> AIOKafkaProducer:
+    """An unstarted producer with `producer_settings`, `overrides` on top."""
+    return AIOKafkaProducer(**(producer_settings(endpoints) | overrides))
 
 
 def consumer(
@@ -101,6 +111,52 @@ def admin(endpoints: Endpoints) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(bootstrap_servers=endpoints.kafka_bootstrap, **auth)
 
 
+RETENTION = {
+    "rollout_requests": "requests",
+    "prompt_scores": "requests",
+    "rollouts": "rollouts",
+    "rewards": "rollouts",
+    "experience": "rollouts",
+    "dead_letters": "rollouts",
+}
+"""The high-volume topics (a run's stream, archived to the object store as it goes) get time and
+size retention, so a long run's broker stays bounded; prompts, corpus, policy versions and eval
+results are the run's record and keep everything."""
+RETENTION_MS = 7 * 24 * 3600 * 1000
+RETENTION_BYTES = 512 << 20  # per partition
+
+
+def new_topic(event: EventType, endpoints: Endpoints) -> NewTopic:
+    """The topic of `event` as rlstream creates it: its partitions, the endpoints' replication
+    (min ISR one less than the factor), retention on the high-volume ones."""
+    factor = endpoints.replication_factor
+    configs = {"min.insync.replicas": str(max(1, factor - 1))}
+    if event.name in RETENTION:
+        configs |= {"retention.ms": str(RETENTION_MS), "retention.bytes": str(RETENTION_BYTES)}
+    return NewTopic(event.topic, event.partitions, replication_factor=factor, topic_configs=configs)
+
+
+async def wait_for_brokers(bootstrap: str, count: int, timeout_s: float) -> None:
+    """Until `count` brokers answer metadata and a controller is elected (a KRaft cluster that
+    just started); a TimeoutError names what was seen last."""
+    deadline, seen = asyncio.get_running_loop().time() + timeout_s, "nothing"
+    while asyncio.get_running_loop().time() < deadline:
+        client = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5_000)
+        try:
+            await client.start()
+            cluster = await client.describe_cluster()
+            seen = f"{len(cluster['brokers'])} brokers, controller {cluster['controller_id']}"
+            if len(cluster["brokers"]) >= count and cluster["controller_id"] >= 0:
+                return
+        except KafkaError as exc:
+            seen = repr(exc)
+        finally:
+            await client.close()
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"Kafka at {bootstrap}: {count} brokers not ready in {timeout_s:.0f}s "
+                       f"({seen})")  # fmt: skip
+
+
 async def ensure_topics(
     endpoints: Endpoints, events: Iterable[EventType] | None = None
 ) -> list[str]:
@@ -116,9 +172,7 @@ async def ensure_topics(
         existing = set(await client.list_topics())
         missing = [e for e in events if e.topic not in existing]
         if missing:
-            await client.create_topics(
-                [NewTopic(e.topic, e.partitions, replication_factor=1) for e in missing]
-            )
+            await client.create_topics([new_topic(e, endpoints) for e in missing])
         present = [e for e in events if e.topic in existing]
         if present:
             described = await client.describe_topics([e.topic for e in present])
@@ -281,6 +335,9 @@ async def stop_consumer(c: AIOKafkaConsumer) -> None:
 async def topic_partitions(consumer_: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """The topic's partitions, fetching metadata on first use; [] if the topic does not exist."""
     parts = consumer_.partitions_for_topic(topic)
-    if parts is None and topic in await consumer_.topics():
-        parts = consumer_.partitions_for_topic(topic)
+    if parts is None:
+        # the consumer's own metadata covers only what it subscribed to (Tansu answers every
+        # topic, Apache Kafka none): ask for all of it, as `consumer.topics()` does
+        cluster = await consumer_._client.fetch_all_metadata()
+        parts = cluster.partitions_for_topic(topic)
     return [TopicPartition(topic, p) for p in sorted(parts or ())]

@@ -68,12 +68,15 @@ async def done(stream, event: ProcessedEvent) -> None:
 def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
     """A faust app whose consumer group is `app_id`."""
     session_s = endpoints.session_timeout_ms / 1000
+    # Apache Kafka: batched producers, acks from every in-sync replica, replicated changelogs;
+    # Tansu: one record per batch (its ListOffsets, which table recovery reads, needs it)
+    batch, acks = (16_384, -1) if endpoints.is_kafka else (1, 1)
     settings = dict(
         broker=f"{transport.SCHEME}://{endpoints.kafka_bootstrap}",
         store="memory://",  # tables recover from their changelog topics
         processing_guarantee="at_least_once",
-        producer_max_batch_size=1,
-        producer_acks=1,
+        producer_max_batch_size=batch,
+        producer_acks=acks,
         broker_session_timeout=session_s,
         broker_heartbeat_interval=max(0.5, session_s / 6),
         consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,  # see there: a partitionless assignment
@@ -81,7 +84,7 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
         broker_commit_every=1,  # commit as soon as an event is acked: small redelivery window
         consumer_auto_offset_reset="earliest",
         topic_disable_leader=True,
-        topic_replication_factor=1,
+        topic_replication_factor=endpoints.replication_factor,
         topic_partitions=4,
         table_standby_replicas=0,
         Event=ProcessedEvent,

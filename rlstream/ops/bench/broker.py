@@ -132,7 +132,9 @@ async def broker_bench(
             )
             for arm in order:
                 topic = f"bench.{arm.split('+')[0].split()[0]}.{uuid.uuid4().hex[:8]}"
-                await client.create_topics([NewTopic(topic, PARTITIONS, 1)])
+                await client.create_topics(
+                    [NewTopic(topic, PARTITIONS, endpoints.replication_factor)]
+                )
                 use_codec = arm == "codec+broker"
                 # Both arms carry the same headers: the comparison isolates encode + decode.
                 seconds = await _pipeline(endpoints, topic, raw_values, headers, use_codec, batch)

@@ -52,7 +52,8 @@ async def ensure_target(endpoints: Endpoints, topic: str, partitions: int) -> No
     await client.start()
     try:
         if topic not in await client.list_topics():
-            await client.create_topics([NewTopic(topic, partitions, replication_factor=1)])
+            factor = endpoints.replication_factor
+            await client.create_topics([NewTopic(topic, partitions, replication_factor=factor)])
     finally:
         await client.close()
 

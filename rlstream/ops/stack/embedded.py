@@ -1,5 +1,9 @@
-"""The embedded default stack: Tansu (Kafka protocol) and SeaweedFS (S3) as child processes on
-free loopback ports, Qdrant embedded (qdrant-edge), all state under one directory.
+"""The embedded default stack: a broker (Tansu, or Apache Kafka in KRaft mode: one node or
+three) and SeaweedFS (S3) as child processes on free loopback ports, Qdrant embedded
+(qdrant-edge), all state under one directory.
+
+The broker is `broker=` (`rlstream stack up --broker`), else $RLSTREAM_STACK_BROKER, else
+Tansu; Kafka's node count is `nodes=` (`--nodes`), else $RLSTREAM_STACK_NODES, else 1.
 
 `up()` starts a detached supervisor process (`python -m rlstream.ops.stack.embedded`) that owns the
 servers: they are spawned with a parent-death signal, so a crashed or SIGKILLed supervisor
@@ -20,12 +24,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops.stack import procs
+from rlstream.ops.stack import kafka, procs
 
 STACK_FILE = "stack.json"
 BUCKET = "rlstream"
@@ -84,12 +88,37 @@ def _secrets(directory: Path) -> dict[str, str]:
     return keys
 
 
+BROKERS = ("tansu", "kafka")
+
+
+def broker_choice(broker: str | None = None, nodes: int | None = None) -> tuple[str, int]:
+    """The stack's broker and node count: the arguments, else the environment, else Tansu."""
+    import os
+
+    broker = broker or os.environ.get("RLSTREAM_STACK_BROKER") or "tansu"
+    nodes = nodes or int(os.environ.get("RLSTREAM_STACK_NODES") or 1)
+    if broker not in BROKERS:
+        raise StackError(f"broker {broker!r}: choose tansu or kafka (RLSTREAM_STACK_BROKER)")
+    if nodes not in (1, 3) or (broker == "tansu" and nodes != 1):
+        raise StackError(f"nodes {nodes}: Kafka runs 1 or 3 nodes, Tansu 1")
+    return broker, nodes
+
+
 class EmbeddedStack:
     """Start and stop the servers of one state directory from this process."""
 
-    def __init__(self, directory: Path, *, durable: bool = False, prometheus: bool = False):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        durable: bool = False,
+        prometheus: bool = False,
+        broker: str | None = None,
+        nodes: int | None = None,
+    ):
         self.directory = Path(directory).resolve()
         self.durable, self.prometheus = durable, prometheus
+        self.broker, self.nodes = broker_choice(broker, nodes)
         self.servers: list[Server] = []
         self._procs: list[subprocess.Popen] = []
         self._commands: dict[str, tuple[list[str], dict[str, str]]] = {}
@@ -109,10 +138,16 @@ class EmbeddedStack:
                 qdrant_path=str(self.directory / "qdrant"),
             )
             _make_buckets(endpoints, [BUCKET, TANSU_BUCKET] if self.durable else [BUCKET])
-            kafka_port = self._start_tansu(endpoints, s3_port, timeout_s)
-            endpoints = Endpoints(
-                **{**asdict(endpoints), "kafka_bootstrap": f"127.0.0.1:{kafka_port}"}
-            )
+            if self.broker == "kafka":
+                bootstrap = self._start_kafka(timeout_s)
+                factor, _ = kafka.replication(self.nodes)
+            else:
+                bootstrap, factor = (
+                    f"127.0.0.1:{self._start_tansu(endpoints, s3_port, timeout_s)}",
+                    1,
+                )
+            endpoints = replace(endpoints, kafka_bootstrap=bootstrap, broker=self.broker,
+                                replication_factor=factor)  # fmt: skip
             from rlstream.connectors.kafka import ensure_topics
 
             asyncio.run(ensure_topics(endpoints))
@@ -170,6 +205,36 @@ class EmbeddedStack:
         if proc.poll() is not None:
             raise StackError(f"Tansu exited with {proc.returncode}:\n{procs.tail_text(log)}")
         return port
+
+    def _start_kafka(self, timeout_s: float) -> str:
+        """Apache Kafka's nodes (their jars fetched from Maven Central the first time); returns
+        the bootstrap servers once every node serves metadata."""
+        ports = procs.free_ports(2 * self.nodes)
+        pairs = list(zip(ports[::2], ports[1::2], strict=True))
+        try:
+            nodes, commands = kafka.prepare(self.directory / "kafka", pairs)
+        except kafka.KafkaInstallError as exc:
+            raise StackError(str(exc)) from None
+        for node, cmd in zip(nodes, commands, strict=True):
+            log = self.directory / "logs" / f"kafka-{node.node_id}.log"
+            self._spawn(f"kafka-{node.node_id}", cmd, node.port, log, {},
+                        [node.port, node.controller_port])  # fmt: skip
+        bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+        servers = self.servers[-len(nodes) :]
+        procs_ = self._procs[-len(nodes) :]
+
+        def up() -> bool:
+            return all(procs.port_open(s.port) for s in servers) or any(
+                p.poll() is not None for p in procs_
+            )
+
+        if not procs.wait_until(up, timeout_s) or any(p.poll() is not None for p in procs_):
+            logs = "\n".join(procs.tail_text(Path(s.log)) for s in servers)
+            raise StackError(f"Kafka did not start in {timeout_s:.0f}s:\n{logs}")
+        from rlstream.connectors.kafka import wait_for_brokers
+
+        asyncio.run(wait_for_brokers(bootstrap, len(nodes), timeout_s))
+        return bootstrap
 
     def _start_prometheus(self, timeout_s: float) -> tuple[str, str]:
         """Prometheus (Debian's package) scraping the file_sd targets runs write, with the

@@ -22,8 +22,14 @@ from pathlib import Path
 import psutil
 
 from rlstream.connectors.endpoints import ENDPOINTS_FILE, Endpoints
-from rlstream.ops.stack import procs
-from rlstream.ops.stack.embedded import STACK_FILE, EmbeddedStack, Server, StackError
+from rlstream.ops.stack import kafka, procs
+from rlstream.ops.stack.embedded import (
+    STACK_FILE,
+    EmbeddedStack,
+    Server,
+    StackError,
+    broker_choice,
+)
 
 
 @contextmanager
@@ -63,9 +69,22 @@ def _clear_stale(directory: Path, state: dict | None) -> None:
 
 
 def up(
-    directory: Path, *, durable: bool = False, prometheus: bool = False, timeout_s: float = 90.0
+    directory: Path,
+    *,
+    durable: bool = False,
+    prometheus: bool = False,
+    broker: str | None = None,
+    nodes: int | None = None,
+    timeout_s: float = 180.0,
 ) -> tuple[dict, bool]:
-    """Start the stack unless it already runs; return (state, started_now)."""
+    """Start the stack unless it already runs; return (state, started_now). `broker` and
+    `nodes` as `EmbeddedStack` takes them (a first Kafka start fetches its jars)."""
+    broker, nodes = broker_choice(broker, nodes)
+    if broker == "kafka":  # here, so a missing Java or Maven is one line, not a log's tail
+        try:
+            kafka.classpath()
+        except kafka.KafkaInstallError as exc:
+            raise StackError(str(exc)) from None
     directory = Path(directory).resolve()
     with _locked(directory):
         state = read_state(directory)
@@ -77,6 +96,7 @@ def up(
         cmd = [sys.executable, "-m", "rlstream.ops.stack.supervisor", "--dir", str(directory)]
         cmd += ["--durable"] if durable else []
         cmd += ["--prometheus"] if prometheus else []
+        cmd += ["--broker", broker, "--nodes", str(nodes)]
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -135,7 +155,13 @@ def status(directory: Path) -> list[dict]:
     return rows
 
 
-def supervise(directory: Path, durable: bool, prometheus: bool = False) -> int:
+def supervise(
+    directory: Path,
+    durable: bool,
+    prometheus: bool = False,
+    broker: str | None = None,
+    nodes: int | None = None,
+) -> int:
     stop = False
 
     def on_signal(signum, frame):
@@ -144,13 +170,17 @@ def supervise(directory: Path, durable: bool, prometheus: bool = False) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stack = EmbeddedStack(directory, durable=durable, prometheus=prometheus)
+    stack = EmbeddedStack(
+        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes
+    )
     endpoints: Endpoints = stack.start()
     endpoints.write(stack.directory)
     state = {
         "supervisor_pid": _pid(),
         "started_at": time.time(),
         "durable": durable,
+        "broker": stack.broker,
+        "nodes": stack.nodes,
         "endpoints": endpoints.public(),
         "servers": [asdict(s) for s in stack.servers],
     }
@@ -184,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--durable", action="store_true")
     parser.add_argument("--prometheus", action="store_true")
+    parser.add_argument("--broker", choices=("tansu", "kafka"))
+    parser.add_argument("--nodes", type=int)
     args = parser.parse_args(argv)
-    return supervise(args.dir, args.durable, args.prometheus)
+    return supervise(args.dir, args.durable, args.prometheus, args.broker, args.nodes)
 
 
 if __name__ == "__main__":
