@@ -86,3 +86,10 @@ def register_sampler(name: str):
         return SELECTION_SAMPLERS.register(name)(cls)
 
     return add
+
+
+SETTING_CHECKS = Registry("setting check")
+"""Checks of settings whose meaning a module above the config owns: the config calls them by
+name (a ValueError is the message), the modules that know the meaning hold them."""
+SETTING_CHECKS.declare("data.tasks", "rlstream.trainers.envs.base:check_task_mix")
+SETTING_CHECKS.declare("rl.reward_fn", "rlstream.trainers.rewards:check_reward_fn")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test suite on a fresh machine: install, lint, then every test (unit, integration against
-# the real Tansu broker and SeaweedFS started by the project's own code, and learning tests).
+# The test suite on a fresh machine: install, lint, build the docs, then every test (unit,
+# integration against the real Tansu broker and SeaweedFS started by the project's own code,
+# learning tests), then the broker-sensitive integration tests again on Apache Kafka.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh dev
@@ -16,3 +17,9 @@ ruff check rlstream tests
 ruff format --check rlstream tests
 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"  # broken links fail the build
 python -m pytest "$@"
+if [ $# -eq 0 ]; then
+  # the broker-sensitive part again on Apache Kafka (three-node behaviour: test_kafka.py above)
+  RLSTREAM_STACK_BROKER=kafka python -m pytest -q tests/integration/test_consumers.py \
+    tests/integration/test_publish_tail_replay.py tests/integration/test_cli.py \
+    tests/integration/test_user_data.py
+fi

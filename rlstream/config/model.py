@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlstream.config.checks import ConfigError, at_least, choice
+from rlstream.registry import SETTING_CHECKS
 
 
 @dataclass
@@ -39,7 +40,7 @@ class ModelConfig:
     """torch CPU threads per process (default: 2 in-process, 1 per streaming process)"""
 
     def __post_init__(self):
-        from rlstream.trainers.modelpath import (
+        from rlstream.config.modelpath import (
             ModelPathError,
             parse_lora,
             parse_tokenizer,
@@ -97,25 +98,17 @@ class DataConfig:
     (chosen by prompt_id, so the same prompts in every run)"""
 
     def __post_init__(self):
-        from rlstream.trainers.envs import TaskMix, get_task
-
         at_least("data", "pool_size", self.pool_size, 1)
         at_least("data", "corpus_docs", self.corpus_docs, 1)
         if not 0 <= self.flaw_rate <= 1:
             raise ConfigError(f"data.flaw_rate: {self.flaw_rate!r} must be in [0, 1]")
         if not 0 < self.heldout_frac < 1:
             raise ConfigError(f"data.heldout_frac: {self.heldout_frac!r} must be in (0, 1)")
-        try:
-            TaskMix.parse(self.tasks)
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(f"data.tasks: {exc.args[0]}") from None
         choice("data", "format", self.format, ("direct", "cot"))
-        if self.format == "cot":
-            mix = TaskMix.parse(self.tasks)
-            flat = [n for n in mix.weights if not hasattr(get_task(n), "solve")]
-            if flat:
-                raise ConfigError(f"data.format: cot: task {flat[0]!r} has no worked solutions "
-                                  "(the built-in families do); use data.format=direct")  # fmt: skip
+        try:  # the task families own what a mix may name (rlstream.registry.SETTING_CHECKS)
+            SETTING_CHECKS.lookup("data.tasks")(self.tasks, self.format)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         for name in ("prompts", "corpus"):
             source = getattr(self, name)
             if source is None or source.startswith("topic:"):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlstream.config.checks import ConfigError, at_least, choice
+from rlstream.registry import SETTING_CHECKS
 
 
 @dataclass
@@ -110,11 +111,9 @@ class RLConfig:
         if self.reward_fn is not None:
             if self.reward_rules is not None:
                 raise ConfigError("rl.reward_fn: give it or rl.reward_rules, not both")
-            from rlstream.trainers.rewards import RewardConfigError, load_reward_fn
-
-            try:
-                load_reward_fn(self.reward_fn)
-            except RewardConfigError as exc:
+            try:  # the rewards module owns what a reward function is (SETTING_CHECKS)
+                SETTING_CHECKS.lookup("rl.reward_fn")(self.reward_fn)
+            except ValueError as exc:
                 raise ConfigError(f"rl.reward_fn: {exc}") from None
         if not self.verifier_timeout_s > 0:
             raise ConfigError(f"rl.verifier_timeout_s: {self.verifier_timeout_s!r} must be > 0")

@@ -30,7 +30,7 @@ def run_limits(path: Path | None) -> RowLimits:
     if path is None:
         return RowLimits()
     from rlstream.config import Config
-    from rlstream.trainers.modelpath import vocab_size
+    from rlstream.trainers.tokens import vocab_size
 
     cfg = Config.read(path)
     size = vocab_size(cfg.model)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from rlstream.schemas import RowError, make_event_id, prepare_row
 from rlstream.trainers.envs import TASKS, Prompt, TaskMix, get_task, sample_prompts, split_of
 from rlstream.trainers.envs.cot import in_format
-from rlstream.trainers.modelpath import EOS
+from rlstream.trainers.tokens import EOS
 
 if TYPE_CHECKING:  # the tokenizer brings torch: `rlstream publish` checks rows without it
     from rlstream.trainers.lm import Tokenizer
@@ -291,7 +291,7 @@ def with_tokenizer(cfg, directory: Path):
     process of the run, and a resumed run, loads the same tokenizer."""
     from dataclasses import replace
 
-    from rlstream.trainers.modelpath import parse_tokenizer, resolve_path
+    from rlstream.config.modelpath import parse_tokenizer, resolve_path
 
     kind, size = parse_tokenizer(cfg.model.tokenizer, resolve_path(cfg.model.path)[0])
     if kind != "bpe":

@@ -25,16 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rlstream.trainers.modelpath import (
-    BPE_EOS,
-    CHARS,
-    EOS,
-    PAD,
-    PRESET_NAMES,
-    parse_lora,
-    parse_tokenizer,
-    resolve_path,
-)
+from rlstream.config.modelpath import PRESET_NAMES, parse_lora, parse_tokenizer, resolve_path
+from rlstream.trainers.tokens import BPE_EOS, CHARS, EOS, PAD
 
 
 class Tokenizer:

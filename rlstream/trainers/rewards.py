@@ -306,3 +306,11 @@ def load_reward_fn(spec: str) -> RewardFn:
     if not callable(fn):
         raise RewardConfigError(f"{spec!r}: {where!r} has no function {name!r}")
     return fn
+
+
+def check_reward_fn(spec: str) -> None:
+    """Whether `rl.reward_fn` loads; a ValueError says why (the config's check)."""
+    try:
+        load_reward_fn(spec)
+    except RewardConfigError as exc:
+        raise ValueError(str(exc)) from None

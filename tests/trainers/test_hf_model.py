@@ -172,7 +172,7 @@ def test_the_vocabulary_size_read_without_transformers_matches_the_tokenizers(tm
     tokenizer.json alone; it must be the size the loaded tokenizer has."""
     from rlstream.config import ModelConfig
     from rlstream.trainers.lm import load_tokenizer
-    from rlstream.trainers.modelpath import vocab_size
+    from rlstream.trainers.tokens import vocab_size
 
     qwen = tiny_model_dir(tmp_path / "q", "qwen2")
     chars = tiny_model_dir(tmp_path / "c", "llama", tokenizer="chars")

@@ -177,3 +177,16 @@ def sample_prompts(
 def verify(completion: str, prompt: Prompt) -> bool:
     """Whether a completion solves a prompt, by its verifier (`verifier`, else its task's)."""
     return get_task(prompt.verifier or prompt.task).verify(completion, prompt)
+
+
+def check_task_mix(tasks: str, fmt: str) -> None:
+    """Whether `data.tasks` names a mix the families can generate, in `data.format`; a
+    ValueError names the setting and the fix (the config's check, SETTING_CHECKS)."""
+    try:
+        mix = TaskMix.parse(tasks)
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"data.tasks: {exc.args[0]}") from None
+    flat = [n for n in mix.weights if fmt == "cot" and not hasattr(get_task(n), "solve")]
+    if flat:
+        raise ValueError(f"data.format: cot: task {flat[0]!r} has no worked solutions "
+                         "(the built-in families do); use data.format=direct")  # fmt: skip

@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
-PAD, EOS = "<pad>", "\n"  # the char tokenizer's pad token and end of a document / completion
-BPE_EOS = "<|endoftext|>"  # a trained BPE's end of sequence (a newline still ends a completion)
-CHARS = string.printable[:95]  # printable ASCII: every character the built-in tasks write
 PRESET_NAMES = ("tiny", "tiny-llama", "qwen2-0.5b")  # lm.PRESETS builds them
 
 
@@ -93,23 +89,3 @@ def parse_lora(spec: str) -> dict:
         raise ModelPathError("model.lora: r (the adapters' rank) must be at least 1, e.g. r=16")
     return {"r": args["r"], "lora_alpha": args.get("alpha", 2.0 * args["r"]),
             "lora_dropout": args.get("dropout", 0.0), "target_modules": "all-linear"}  # fmt: skip
-
-
-def vocab_size(model) -> int | None:
-    """The vocabulary size of a model config's tokenizer read from its `tokenizer.json` with
-    the `tokenizers` library alone (None where there is none to read), so a process that only
-    checks token ids (the stream processors) imports neither torch nor transformers."""
-    kind, where = resolve_path(model.path)
-    if kind == "preset":
-        tok_kind, tok_where = parse_tokenizer(model.tokenizer, kind)
-        if tok_kind == "char":
-            return len(set(CHARS) | {EOS}) + 1  # <pad>, newline, the printable characters
-        if tok_kind != "dir":
-            return None
-        where = tok_where
-    path = Path(where) / "tokenizer.json"
-    if not path.is_file():
-        return None
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
