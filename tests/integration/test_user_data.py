@@ -241,7 +241,8 @@ def test_a_raising_or_hanging_reward_function_is_dead_lettered_and_the_loop_goes
     zeroed = {
         r["request_id"] for r in rewards if (r["details"] or "").startswith("verifier failed")
     }
-    assert failed and zeroed == failed
+    odd = [r for r in rewards if r["request_id"] in failed ^ zeroed]
+    assert failed and zeroed == failed, odd[:4]
     letters = asyncio.run(_run_rows(endpoints, "dead_letters", RUN))
     reasons = [r["reason"] for r in letters if r["error_kind"] == "verifier_failed"]
     # each failed request is dead-lettered with its own cause (which kinds were scored before
