@@ -16,10 +16,10 @@ from rlstream.trainers.selection.bench import (
     BenchArgs,
     bench_config,
     check_one_start,
-    floors,
     run_bench,
     summarize_saved,
 )
+from rlstream.trainers.selection.bench_figures import floors
 from rlstream.trainers.selection.loop import ArmArgs, ArmResult, policy_fingerprint
 from rlstream.trainers.selection.report import load_ppm_state
 
