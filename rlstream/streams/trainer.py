@@ -56,6 +56,7 @@ from rlstream.streams.experience_checks import (
 )
 from rlstream.streams.policystore import PolicyPruner, publish_policy
 from rlstream.streams.trainer_data import eval_rows, load_dataset
+from rlstream.streams.trainer_summary import summarize
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.datasets import usable
@@ -474,43 +475,6 @@ async def serve(cfg: Config, endpoints: Endpoints) -> dict:
         )
         await trainer.announce(producer, phase="done")
     return summary
-
-
-def summarize(trainer: StreamTrainer, final: dict) -> dict:
-    c, st, pe = trainer.counters, trainer.state, trainer.pretrain_eval
-    wall = c.get("wall_rl_s", 0.0)
-    return {
-        "algo": trainer.cfg.rl.algo,
-        "hybrid": trainer.cfg.rl.hybrid,
-        "pretrain_accuracy": pe.get("greedy"),
-        "pretrain_pass1": pe.get("pass1"),
-        "final_accuracy": final["greedy"],
-        "final_pass1": final.get("pass1"),
-        "final_by_task": final.get("greedy_by_task"),
-        "pretrain_steps": st.pre_step,
-        "rl_steps": st.rl_step,
-        "experience_trained": int(c["experience_trained"]),
-        "duplicates_skipped": int(c["duplicates_skipped"]),
-        "duplicates_trained": int(c["duplicates_trained"]),
-        "untrainable_rows": int(c["untrainable_rows"]),
-        "dedup_window_ids": int(c["dedup_window_ids"]),
-        "stale_dropped": int(c["stale_dropped"]),
-        "groups_consumed": int(c["groups_consumed"]),
-        "zero_variance_share": round(c["zero_variance_groups"] / c["groups_consumed"], 4)
-        if c["groups_consumed"]
-        else None,
-        "filtered_groups": int(c["filtered_groups"]),
-        "dataset": trainer.cfg.data.dataset,
-        "eval_prompts": len(trainer.eval_set),
-        "refused": trainer.refused,
-        "corpus_fed": int(c["corpus_fed"]),
-        "corpus_consumed_during_rl": int(c["corpus_consumed"]),
-        "trainer_idle_share": round(c["idle_s"] / wall, 4) if wall else None,
-        "policy_lag_histogram": {
-            int(k[4:]): int(v) for k, v in sorted(c.items()) if k.startswith("lag_")
-        },
-        "checkpoint_sizes": [list(p) for p in trainer.checkpoint_sizes],
-    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -130,7 +130,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
 def with_warm_start(cfg: Config, out_root: Path) -> Config:
     """`selection.ppm_from` as the directory of that run's PPM export (a run id is looked up
     under `out_root`; a resumed run keeps the directory it was given)."""
-    from rlstream.streams.scheduler import PPM_EXPORT
+    from rlstream.streams.ppm_export import PPM_EXPORT
 
     name = cfg.selection.ppm_from
     if not name:
@@ -146,7 +146,7 @@ def with_warm_start(cfg: Config, out_root: Path) -> Config:
 
 
 def safely_export_ppm(endpoints: Endpoints, run_id: str, directory: Path) -> None:
-    from rlstream.streams.scheduler import export_ppm
+    from rlstream.streams.ppm_export import export_ppm
 
     try:
         export_ppm(endpoints, run_id, directory)
