@@ -4,8 +4,8 @@ for any `rlstream` executable, so two versions of the code compare on the same m
 
     python benchmarks/run_footprint.py --rlstream .venv/bin/rlstream --out /tmp/fp -- --seed 0
 
-Prints one JSON object: startup_s, wall_s, and per process (by role) the last and the largest
-RSS and PSS in MiB, with their sums over the loop's processes (the stack's servers apart).
+Prints one JSON object: startup_s, wall_s, and per process (by role) the last seen and the
+largest RSS and PSS in MiB, with sums over the loop's processes (the stack's servers apart).
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def main() -> None:
         if time.monotonic() - at > 5:
             at = time.monotonic()
             now = sample(root)
-            if now:
-                last = now
+            last |= now  # each process as last seen alive
             for name, (rss, pss) in now.items():
                 old = peak.get(name, (0.0, 0.0))
                 peak[name] = (max(old[0], rss), max(old[1], pss))
@@ -91,6 +90,7 @@ def main() -> None:
                 "peak_mib": {n: [round(r), round(p)] for n, (r, p) in sorted(peak.items())},
                 "loop_rss_last_mib": round(sum(last[n][0] for n in loop)),
                 "loop_pss_last_mib": round(sum(last[n][1] for n in loop)),
+                "loop_pss_peaks_mib": round(sum(peak[n][1] for n in loop)),
             },
             indent=1,
         )

@@ -97,3 +97,21 @@ def test_a_missing_java_is_one_line_naming_the_package(tmp_path):
     result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "apt-get install openjdk-17-jre-headless" in result.stderr
+
+
+def test_a_restarted_stack_keeps_its_log(tmp_path):
+    """A stopped embedded Kafka starts again on new ports with what it had written (a stopped
+    run on it can be resumed; Tansu's memory log cannot)."""
+    first = EmbeddedStack(tmp_path / "stack", broker="kafka")
+    first.start(timeout_s=180)
+    try:
+        written = asyncio.run(_produce_and_count(first.endpoints, "rl.prompts.v1", 50))[1]
+    finally:
+        first.stop()
+    again = EmbeddedStack(tmp_path / "stack", broker="kafka")
+    again.start(timeout_s=180)
+    try:
+        ended = asyncio.run(_produce_and_count(again.endpoints, "rl.prompts.v1", 1))[1]
+        assert written == 50 and ended == written + 1
+    finally:
+        again.stop()

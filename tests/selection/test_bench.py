@@ -175,6 +175,7 @@ def test_floors_are_the_issues_bars_and_compare_against_greso():
     assert f["step_speedup_vs_greso"]["met"] is None and f["step_speedup_vs_uniform"]["met"] is None
 
 
+@pytest.mark.slow  # the whole bench command, small (~25 s)
 def test_cli_bench_selection_writes_summary(tmp_path, cache_dir):
     summary = tmp_path / "s.json"
     cmd = [

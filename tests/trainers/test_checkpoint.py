@@ -84,6 +84,7 @@ def _losses(out: Path) -> list[tuple]:
     return [(h["phase"], h["step"], h.get("loss"), h.get("greedy")) for h in hist]
 
 
+@pytest.mark.slow  # a subprocess trains, is SIGKILLed and resumes (~35 s)
 @pytest.mark.timeout(300)
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     full = tmp_path / "full"

@@ -21,6 +21,7 @@ def _deepspeed_env(monkeypatch):
         monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions"))
 
 
+@pytest.mark.slow  # DeepSpeed builds its CPU op and trains (~60 s)
 @pytest.mark.timeout(300)
 def test_zero2_cpu_smoke():
     from rlstream.config import ModelConfig

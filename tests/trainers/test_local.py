@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from rlstream.config import Config, load_config, with_values
 from rlstream.trainers.local import LocalOptions, train_local
 
@@ -121,6 +123,7 @@ def test_cli_train_and_bench_help():
     assert bad.returncode != 0 and "nope" in bad.stderr and "unknown setting" in bad.stderr
 
 
+@pytest.mark.slow  # a real mlflow server and an in-process run (~18 s)
 def test_an_in_process_run_is_tracked_in_mlflow(tmp_path):
     """`rlstream train --mlflow URI`: params, the history as metrics at their steps, the
     summary and the artifacts, in a real MLflow store (SQLite, in this process's reach)."""

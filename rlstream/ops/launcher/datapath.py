@@ -50,9 +50,12 @@ def external_stack() -> bool:
 
 
 def resumable(durable_stack: bool) -> bool:
-    """Whether a stopped run's topics outlive it: on an external stack, or a durable embedded
-    one (a memory broker's log ends with the run)."""
-    return durable_stack or external_stack()
+    """Whether a stopped run's topics outlive it: on an external stack, a durable embedded one,
+    or an embedded Apache Kafka (its log is on disk under the run's stack); Tansu's memory log
+    ends with the run."""
+    from rlstream.ops.stack.embedded import broker_choice
+
+    return durable_stack or external_stack() or broker_choice()[0] == "kafka"
 
 
 def how_to_continue(run_id: str, out: Path, durable_stack: bool) -> str:
