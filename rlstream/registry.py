@@ -68,14 +68,11 @@ def _where(obj) -> str | None:
 SELECTION_SAMPLERS = Registry("selection sampler")
 """Prompt samplers by name (`selection.sampler`), declared here and registered by their modules
 in `rlstream.trainers.selection` (`register_sampler`)."""
-for _name, _where_ in {
-    "uniform": "rlstream.trainers.selection.base:UniformSelection",
-    "dapo": "rlstream.trainers.selection.dapo:DynamicSamplingSampler",
-    "greso": "rlstream.trainers.selection.greso:GresoSampler",
-    "mopps": "rlstream.trainers.selection.mopps:MoppsSampler",
-    "ppm": "rlstream.trainers.selection.predictive:PredictiveSampler",
-}.items():
-    SELECTION_SAMPLERS.declare(_name, _where_)
+SELECTION_SAMPLERS.declare("uniform", "rlstream.trainers.selection.base:UniformSelection")
+SELECTION_SAMPLERS.declare("dapo", "rlstream.trainers.selection.dapo:DynamicSamplingSampler")
+SELECTION_SAMPLERS.declare("greso", "rlstream.trainers.selection.greso:GresoSampler")
+SELECTION_SAMPLERS.declare("mopps", "rlstream.trainers.selection.mopps:MoppsSampler")
+SELECTION_SAMPLERS.declare("ppm", "rlstream.trainers.selection.predictive:PredictiveSampler")
 
 
 def register_sampler(name: str):
