@@ -51,9 +51,15 @@ def main() -> None:
 
 def _explain(exc: BaseException) -> str:
     if type(exc).__name__ == "KafkaConnectionError":  # aiokafka may not be installed here
-        bootstrap = endpoints().kafka_bootstrap
+        where = endpoints()
+        if where.kafka_sasl_mechanism:  # aiokafka says the same for a refused password
+            return (
+                f"cannot reach or sign in to the Kafka broker at {where.kafka_bootstrap} "
+                f"({where.kafka_sasl_mechanism} as {where.kafka_username!r}): check "
+                "RLSTREAM_KAFKA_BOOTSTRAP, RLSTREAM_KAFKA_USERNAME and RLSTREAM_KAFKA_PASSWORD"
+            )
         return (
-            f"cannot reach the Kafka broker at {bootstrap}: start the embedded stack with "
-            "`rlstream stack up`, or set RLSTREAM_KAFKA_BOOTSTRAP"
+            f"cannot reach the Kafka broker at {where.kafka_bootstrap}: start the embedded "
+            "stack with `rlstream stack up`, or set RLSTREAM_KAFKA_BOOTSTRAP"
         )
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

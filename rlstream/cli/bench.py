@@ -147,11 +147,18 @@ def bench_broker(
     messages: int = typer.Option(2000, min=10, help="Messages per repeat and arm."),
     repeats: int = typer.Option(5, min=1, help="Repeats (arms alternate order)."),
     rows: int = typer.Option(64, min=1, help="Rows per rollout event."),
+    brokers: str = typer.Option(
+        None, help="Compare brokers, each on a temporary embedded stack: e.g. tansu,kafka."
+    ),
     summary: Path | None = SummaryOpt,
 ) -> None:
-    """Produce+consume throughput of rollout events, codec vs raw bytes, and the codec alone."""
+    """Produce+consume throughput of rollout events, codec vs raw bytes, and the codec alone;
+    with --brokers, the same on each broker in one run, with its resident memory."""
     from rlstream.ops.bench.broker import broker_bench, codec_bench
 
+    if brokers:
+        compare_brokers([b.strip() for b in brokers.split(",")], messages, repeats, rows, summary)
+        return
     with _stack_for_bench() as eps:
         err.print(f"broker bench: {repeats} repeats x {messages} messages x {rows} rows ...")
         result = asyncio.run(broker_bench(eps, messages=messages, repeats=repeats, rows=rows))
@@ -180,6 +187,44 @@ def bench_broker(
     console.print(table)
     verdict = "[green]met[/]" if ratio >= 0.8 else "[red]missed[/]"
     console.print(f"codec+broker / raw bytes = {ratio:.2f} (target >= 0.80: {verdict})")
+    write_summary(summary, figures)
+
+
+def compare_brokers(names: list[str], messages: int, repeats: int, rows: int, summary) -> None:
+    """`bench broker --brokers a,b`: each broker on a temporary embedded stack of its own, one
+    after the other, measured alike; the table compares them against the first."""
+    import tempfile
+
+    import psutil
+
+    from rlstream.ops.bench.broker import broker_bench
+    from rlstream.ops.stack.embedded import EmbeddedStack, broker_choice
+
+    results = {}
+    for name in names:
+        broker_choice(name)  # a bad name is one line before anything starts
+        with tempfile.TemporaryDirectory(prefix=f"rlstream-bench-{name}-") as tmp:
+            err.print(f"{name}: starting a temporary stack; {repeats} x {messages} messages ...")
+            with EmbeddedStack(Path(tmp), broker=name) as stack:
+                result = asyncio.run(broker_bench(stack.endpoints, messages=messages,
+                                                  repeats=repeats, rows=rows))  # fmt: skip
+                pids = [s.pid for s in stack.servers if s.name != "seaweedfs"]
+                rss = sum(psutil.Process(pid).memory_info().rss for pid in pids) / 2**20
+            results[name] = (result, rss)
+    first = results[names[0]][0]["arms"]["raw bytes"].median
+    table = Table("broker", "codec+broker rows/s", "raw bytes rows/s", "min-max (raw)",
+                  f"raw vs {names[0]}", "broker RSS MiB",
+                  title=f"brokers compared, {rows}-row rollout events")  # fmt: skip
+    figures: dict = {"rows": rows, "messages": messages, "repeats": repeats}
+    for name, (result, rss) in results.items():
+        codec, raw = result["arms"]["codec+broker"], result["arms"]["raw bytes"]
+        table.add_row(name, f"{codec.median:,.0f}", f"{raw.median:,.0f}", raw.spread(),
+                      f"{raw.median / first:.2f}", f"{rss:,.0f}")  # fmt: skip
+        figures[name] = {"codec_broker_rows_per_s": round(codec.median, 1),
+                         "raw_rows_per_s": round(raw.median, 1),
+                         "codec_vs_raw_ratio": round(codec.median / raw.median, 3),
+                         "broker_rss_mb": round(rss, 1)}  # fmt: skip
+    console.print(table)
     write_summary(summary, figures)
 
 

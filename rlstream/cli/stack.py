@@ -30,6 +30,9 @@ def stack_up(
     nodes: int = typer.Option(
         None, help="Kafka nodes: 1, or 3 (replication 3, min ISR 2) [default: 1]"
     ),
+    sasl: bool = typer.Option(
+        False, help="Kafka: clients authenticate with SCRAM-SHA-256 (the password in secrets.json)."
+    ),
 ) -> None:
     """Start the broker and the S3 server (once: a running stack is reused). Apache Kafka's
     jars are fetched from Maven Central the first time (Java 17 and Maven needed)."""
@@ -37,9 +40,9 @@ def stack_up(
 
     directory = state_dir_or_default(state_dir)
     if foreground:
-        raise typer.Exit(stackctl.supervise(directory, durable, prometheus, broker, nodes))
+        raise typer.Exit(stackctl.supervise(directory, durable, prometheus, broker, nodes, sasl))
     state, started = stackctl.up(
-        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes
+        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes, sasl=sasl
     )
     verb = "started" if started else "already running"
     console.print(f"[green]stack {verb}[/] in {directory}")

@@ -136,12 +136,12 @@ def new_topic(event: EventType, endpoints: Endpoints) -> NewTopic:
     return NewTopic(event.topic, event.partitions, replication_factor=factor, topic_configs=configs)
 
 
-async def wait_for_brokers(bootstrap: str, count: int, timeout_s: float) -> None:
+async def wait_for_brokers(bootstrap: str, count: int, timeout_s: float, **auth) -> None:
     """Until `count` brokers answer metadata and a controller is elected (a KRaft cluster that
-    just started); a TimeoutError names what was seen last."""
+    just started; `auth`: `Endpoints.kafka_auth()`); a TimeoutError names what was seen last."""
     deadline, seen = asyncio.get_running_loop().time() + timeout_s, "nothing"
     while asyncio.get_running_loop().time() < deadline:
-        client = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5_000)
+        client = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5_000, **auth)
         try:
             await client.start()
             cluster = await client.describe_cluster()

@@ -5,6 +5,7 @@ right, a node killed without losing a write, and a missing Java refused in one l
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -115,3 +116,53 @@ def test_a_restarted_stack_keeps_its_log(tmp_path):
         assert written == 50 and ended == written + 1
     finally:
         again.stop()
+
+
+def test_bench_broker_compares_tansu_and_kafka_in_one_run(tmp_path):
+    summary = tmp_path / "brokers.json"
+    args = [sys.executable, "-m", "rlstream.cli", "bench", "broker", "--brokers", "tansu,kafka",
+            "--messages", "200", "--repeats", "1", "--summary", str(summary)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSTREAM_")}
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "brokers compared" in result.stdout
+    figures = json.loads(summary.read_text())
+    for broker in ("tansu", "kafka"):
+        assert figures[broker]["raw_rows_per_s"] > 0 and figures[broker]["broker_rss_mb"] > 10
+
+
+def test_scram_the_right_password_trains_and_a_wrong_one_is_one_line(tmp_path):
+    """`stack up --broker kafka --sasl`: clients sign in with SCRAM-SHA-256. The loop trains
+    with the stack's credentials (every process, faust's included); a wrong password, or none,
+    is refused, and the command says so in one line."""
+    from dataclasses import replace
+
+    stack = EmbeddedStack(tmp_path / "sasl", broker="kafka", sasl=True)
+    stack.start(timeout_s=180)
+    try:
+        eps = stack.endpoints
+        assert eps.kafka_security_protocol == "SASL_PLAINTEXT" and eps.kafka_password
+        base = {k: v for k, v in os.environ.items() if not k.startswith("RLSTREAM_")}
+        base["RLSTREAM_HOME"] = str(tmp_path / "home")
+        run = [sys.executable, "-m", "rlstream.cli", "run", "--rl-steps", "2", "--out",
+               str(tmp_path / "runs"), "--run-id", "scram", "--summary", str(tmp_path / "s.json"),
+               "--set", "pretrain.max_steps=30", "--set", "pretrain.batch=32",
+               "--set", "pretrain.warmup_steps=10", "--set", "corpus_docs=1000",
+               "--set", "pool_size=200", "--set", "eval.prompts=16",
+               "--set", "prompts_per_step=4", "--set", "group_size=4",
+               "--set", "loop.rollout_workers=1"]  # fmt: skip
+        done = subprocess.run(run, env=base | eps.as_env(), capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert json.loads((tmp_path / "s.json").read_text())["rl_steps"] == 2
+        plain = replace(eps, kafka_security_protocol="PLAINTEXT", kafka_sasl_mechanism=None)
+        for bad in (replace(eps, kafka_password="wrong"), plain):
+            with pytest.raises(Exception, match="bootstrap|authenticat"):
+                asyncio.run(asyncio.wait_for(_produce_and_count(bad, "rl.prompts.v1", 1), 60))
+        topics = [sys.executable, "-m", "rlstream.cli", "topics"]
+        wrong = base | replace(eps, kafka_password="wrong").as_env()
+        refused = subprocess.run(topics, env=wrong, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        assert "sign in" in refused.stderr and "RLSTREAM_KAFKA_PASSWORD" in refused.stderr
+    finally:
+        stack.stop()

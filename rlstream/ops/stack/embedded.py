@@ -80,9 +80,11 @@ def weed_binary() -> str:
 
 def _secrets(directory: Path) -> dict[str, str]:
     path = directory / "secrets.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    keys = {"access_key": "rlstream-" + secrets.token_hex(4), "secret_key": secrets.token_hex(20)}
+    keys = json.loads(path.read_text()) if path.exists() else {}
+    if {"access_key", "secret_key", "kafka_password"} <= set(keys):
+        return keys
+    keys = {"access_key": "rlstream-" + secrets.token_hex(4), "secret_key": secrets.token_hex(20),
+            "kafka_password": secrets.token_hex(16)} | keys  # fmt: skip
     path.write_text(json.dumps(keys))
     path.chmod(0o600)
     return keys
@@ -115,10 +117,15 @@ class EmbeddedStack:
         prometheus: bool = False,
         broker: str | None = None,
         nodes: int | None = None,
+        sasl: bool = False,
     ):
         self.directory = Path(directory).resolve()
         self.durable, self.prometheus = durable, prometheus
         self.broker, self.nodes = broker_choice(broker, nodes)
+        if sasl and self.broker != "kafka":
+            raise StackError("--sasl: clients authenticate with SCRAM on Apache Kafka only "
+                             "(--broker kafka); Tansu's SCRAM cannot hold users")  # fmt: skip
+        self.sasl = sasl
         self.servers: list[Server] = []
         self._procs: list[subprocess.Popen] = []
         self._commands: dict[str, tuple[list[str], dict[str, str]]] = {}
@@ -139,7 +146,13 @@ class EmbeddedStack:
             )
             _make_buckets(endpoints, [BUCKET, TANSU_BUCKET] if self.durable else [BUCKET])
             if self.broker == "kafka":
-                bootstrap = self._start_kafka(timeout_s)
+                if self.sasl:  # SCRAM-SHA-256 as kafka.SCRAM_USER, the password kept with the keys
+                    password = keys["kafka_password"]
+                    endpoints = replace(endpoints, kafka_security_protocol="SASL_PLAINTEXT",
+                                        kafka_sasl_mechanism=kafka.SCRAM_MECHANISM,
+                                        kafka_username=kafka.SCRAM_USER,
+                                        kafka_password=password)  # fmt: skip
+                bootstrap = self._start_kafka(endpoints, timeout_s)
                 factor, _ = kafka.replication(self.nodes)
             else:
                 bootstrap, factor = (
@@ -206,13 +219,14 @@ class EmbeddedStack:
             raise StackError(f"Tansu exited with {proc.returncode}:\n{procs.tail_text(log)}")
         return port
 
-    def _start_kafka(self, timeout_s: float) -> str:
+    def _start_kafka(self, endpoints: Endpoints, timeout_s: float) -> str:
         """Apache Kafka's nodes (their jars fetched from Maven Central the first time); returns
         the bootstrap servers once every node serves metadata."""
         ports = procs.free_ports(2 * self.nodes)
         pairs = list(zip(ports[::2], ports[1::2], strict=True))
         try:
-            nodes, commands = kafka.prepare(self.directory / "kafka", pairs)
+            nodes, commands = kafka.prepare(self.directory / "kafka", pairs,
+                                            endpoints.kafka_password)  # fmt: skip
         except kafka.KafkaInstallError as exc:
             raise StackError(str(exc)) from None
         for node, cmd in zip(nodes, commands, strict=True):
@@ -233,7 +247,7 @@ class EmbeddedStack:
             raise StackError(f"Kafka did not start in {timeout_s:.0f}s:\n{logs}")
         from rlstream.connectors.kafka import wait_for_brokers
 
-        asyncio.run(wait_for_brokers(bootstrap, len(nodes), timeout_s))
+        asyncio.run(wait_for_brokers(bootstrap, len(nodes), timeout_s, **endpoints.kafka_auth()))
         return bootstrap
 
     def _start_prometheus(self, timeout_s: float) -> tuple[str, str]:

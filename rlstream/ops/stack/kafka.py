@@ -124,10 +124,16 @@ def replication(nodes: int) -> tuple[int, int]:
     return factor, max(1, factor - 1)
 
 
-def server_properties(node: Node, voters: list[Node]) -> str:
+SCRAM_USER = "rlstream"
+SCRAM_MECHANISM = "SCRAM-SHA-256"
+
+
+def server_properties(node: Node, voters: list[Node], scram_password: str | None = None) -> str:
     """One node's configuration: broker and controller combined, loopback listeners, internal
     topics replicated like the data topics, no auto-created topics (rlstream creates its topics
-    with their final partition counts), group joins without the initial rebalance delay."""
+    with their final partition counts), group joins without the initial rebalance delay. With
+    `scram_password`, clients and brokers authenticate with SCRAM-SHA-256 as `SCRAM_USER`
+    (SASL_PLAINTEXT: loopback only; the controllers talk PLAINTEXT among themselves)."""
     factor, min_isr = replication(len(voters))
     quorum = ",".join(f"{v.node_id}@127.0.0.1:{v.controller_port}" for v in voters)
     props = {
@@ -152,17 +158,36 @@ def server_properties(node: Node, voters: list[Node]) -> str:
         "auto.create.topics.enable": "false",
         "log.retention.check.interval.ms": 30_000,
     }
+    if scram_password is not None:
+        listener = f"SASL_PLAINTEXT://127.0.0.1:{node.port}"
+        login = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                 f'username="{SCRAM_USER}" password="{scram_password}";')  # fmt: skip
+        props |= {
+            "listeners": f"{listener},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": listener,
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": login,
+        }
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
-def format_storage(node: Node, cluster: str) -> list[str]:
-    """The command that formats a node's storage (once: a formatted node keeps its data)."""
+def format_storage(node: Node, cluster: str, scram_password: str | None = None) -> list[str]:
+    """The command that formats a node's storage (once: a formatted node keeps its data), with
+    the SCRAM user's credentials in the metadata when there is a password."""
     config = str(node.directory / "server.properties")
-    return [java_binary(), "-cp", classpath(), "kafka.tools.StorageTool", "format", "-t",
-            cluster, "-c", config, "--ignore-formatted"]  # fmt: skip
+    cmd = [java_binary(), "-cp", classpath(), "kafka.tools.StorageTool", "format", "-t",
+           cluster, "-c", config, "--ignore-formatted"]  # fmt: skip
+    if scram_password is not None:
+        cmd += ["--add-scram", f"{SCRAM_MECHANISM}=[name={SCRAM_USER},password={scram_password}]"]
+    return cmd
 
 
-def prepare(directory: Path, ports: list[tuple[int, int]]) -> tuple[list[Node], list[list[str]]]:
+def prepare(
+    directory: Path, ports: list[tuple[int, int]], scram_password: str | None = None
+) -> tuple[list[Node], list[list[str]]]:
     """The cluster's nodes under `directory` (node-1, node-2, ...) with their configuration
     written and storage formatted; returns the nodes and each node's start command. The
     cluster id is kept in `directory/cluster.id`, so a restarted stack finds its data."""
@@ -177,8 +202,10 @@ def prepare(directory: Path, ports: list[tuple[int, int]]) -> tuple[list[Node], 
     commands = []
     for node in nodes:
         node.directory.mkdir(parents=True, exist_ok=True)
-        (node.directory / "server.properties").write_text(server_properties(node, nodes))
-        done = subprocess.run(format_storage(node, cluster), capture_output=True,
+        config = server_properties(node, nodes, scram_password)
+        (node.directory / "server.properties").write_text(config)
+        (node.directory / "server.properties").chmod(0o600)  # it holds the SCRAM password
+        done = subprocess.run(format_storage(node, cluster, scram_password), capture_output=True,
                               text=True, timeout=120)  # fmt: skip
         if done.returncode != 0:
             raise KafkaInstallError(f"formatting Kafka node {node.node_id} failed: "

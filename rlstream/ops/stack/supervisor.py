@@ -75,11 +75,14 @@ def up(
     prometheus: bool = False,
     broker: str | None = None,
     nodes: int | None = None,
+    sasl: bool = False,
     timeout_s: float = 180.0,
 ) -> tuple[dict, bool]:
     """Start the stack unless it already runs; return (state, started_now). `broker` and
     `nodes` as `EmbeddedStack` takes them (a first Kafka start fetches its jars)."""
     broker, nodes = broker_choice(broker, nodes)
+    if sasl and broker != "kafka":
+        raise StackError("--sasl: SCRAM authentication runs on Apache Kafka (--broker kafka)")
     if broker == "kafka":  # here, so a missing Java or Maven is one line, not a log's tail
         try:
             kafka.classpath()
@@ -96,7 +99,7 @@ def up(
         cmd = [sys.executable, "-m", "rlstream.ops.stack.supervisor", "--dir", str(directory)]
         cmd += ["--durable"] if durable else []
         cmd += ["--prometheus"] if prometheus else []
-        cmd += ["--broker", broker, "--nodes", str(nodes)]
+        cmd += ["--broker", broker, "--nodes", str(nodes)] + (["--sasl"] if sasl else [])
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -161,6 +164,7 @@ def supervise(
     prometheus: bool = False,
     broker: str | None = None,
     nodes: int | None = None,
+    sasl: bool = False,
 ) -> int:
     stop = False
 
@@ -171,7 +175,7 @@ def supervise(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     stack = EmbeddedStack(
-        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes
+        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes, sasl=sasl
     )
     endpoints: Endpoints = stack.start()
     endpoints.write(stack.directory)
@@ -216,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prometheus", action="store_true")
     parser.add_argument("--broker", choices=("tansu", "kafka"))
     parser.add_argument("--nodes", type=int)
+    parser.add_argument("--sasl", action="store_true")
     args = parser.parse_args(argv)
-    return supervise(args.dir, args.durable, args.prometheus, args.broker, args.nodes)
+    return supervise(args.dir, args.durable, args.prometheus, args.broker, args.nodes, args.sasl)
 
 
 if __name__ == "__main__":
