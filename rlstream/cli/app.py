@@ -21,7 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-stack_app = typer.Typer(help="The embedded stack: Tansu broker, SeaweedFS S3, local Qdrant.")
+stack_app = typer.Typer(help="The embedded stack: Tansu or Apache Kafka, SeaweedFS S3, Qdrant.")
 bench_app = typer.Typer(help="Benchmarks that print tables (median and spread over repeats).")
 config_app = typer.Typer(help="The run settings: every default, nested by concern.")
 app.add_typer(stack_app, name="stack")
