@@ -53,6 +53,7 @@ def test_a_run_whose_broker_log_was_in_memory_is_not_resumed_and_says_why(tmp_pa
 
     env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARIABLES}
     env["RLSTREAM_HOME"] = str(tmp_path / "home")  # no running stack: an embedded one
+    env["RLSTREAM_STACK_BROKER"] = "tansu"  # whose log is in memory (Kafka's is on disk)
     (tmp_path / "mem").mkdir()
     Config(run_id="mem").write(tmp_path / "mem" / "config.json")
     args = [sys.executable, "-m", "rlstream.cli", "run", "--resume", "mem", "--out", str(tmp_path)]
