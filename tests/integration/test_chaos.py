@@ -64,12 +64,25 @@ def test_every_kind_of_fault_is_injected_and_recovered_from(chaos_run):
     (ck,) = [f for f in run["fault_log"] if f["kind"] == "kill:trainer@checkpoint"]
     assert isinstance(ck["mid_write"], bool) and ck["checkpoint_step"] > 0
     assert "| kill:trainer@checkpoint | trainer |" in result.stdout  # the fault table
+    (qdrant,) = [f for f in run["fault_log"] if f["kind"] == "qdrant-down"]
+    assert qdrant["calls_refused"] >= 1  # the outage lasted until the scheduler felt it
+
+
+def _consumer_lines(run_dir) -> list[str]:
+    """What the processors and the drain logged of seeks, holes, rebalances and refusals."""
+    words = ("fetching again", "never acked", "revoked", "dead-lettered", "Error", "assigned")
+    return [
+        f"{p.name}: {line}"
+        for p in sorted((run_dir / "logs").rglob("processors*.log"))
+        for line in p.read_text().splitlines()
+        if any(w in line for w in words)
+    ][-60:]
 
 
 def test_nothing_is_lost_trained_twice_or_archived_twice(chaos_run):
-    figures, _, result = chaos_run
+    figures, run_dir, result = chaos_run
     (run,) = figures["runs"]
-    assert figures["experience_lost"] == 0, run["lost_requests"]
+    assert figures["experience_lost"] == 0, (run["lost_requests"], _consumer_lines(run_dir))
     assert figures["trained_twice"] == 0 and run["requests_reissued"] == 0
     assert run["incomplete_groups"] == 0 and figures["archive_matches_published"]
     assert run["stopped_cleanly"] and figures["survived"] and not figures["completed"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.faults import FAULTS_DIR
+from rlstream.connectors.faults import FAULTS_DIR, refused_calls
 from rlstream.streams.environment_state import EnvironmentState
 from rlstream.streams.selection_stats import Calibration, SelectionClock
 from rlstream.trainers.envs import Prompt
@@ -68,6 +68,35 @@ def test_the_ppm_neighbourhood_reads_back_what_the_scheduler_upserted(tmp_path):
     nearest = state.store.search(state.featurize(prompts[:1]).tolist()[0], limit=2)[1]
     assert excluded[0] == pytest.approx(nearest.payload["pass_rate"], abs=1e-6)
     assert reader.fallbacks == 0
+    state.close()
+
+
+def test_the_neighbourhood_reads_its_mirror_while_the_store_is_down_and_says_so(
+    tmp_path, monkeypatch, caplog
+):
+    """An outage of the vector store during PPM reads: the mirror answers, the log says when
+    the store went and came back, and the failpoint counts the calls it refused (what
+    `rlstream chaos` waits for before it lifts the outage)."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    monkeypatch.setenv(FAULTS_DIR, str(faults))
+    state = _state(tmp_path)
+    neighbourhood = QdrantNeighbourhood(state.featurize.dim, k=2, store=state.store)
+    prompts = _prompts(4)
+    neighbourhood.add([p.prompt_id for p in prompts], state.featurize(prompts), [1, 0, 1, 0],
+                      [2, 2, 2, 2])  # fmt: skip
+    up, _ = neighbourhood.query(state.featurize(prompts))
+    (faults / "qdrant").touch()
+    with caplog.at_level("INFO"):
+        down, _ = neighbourhood.query(state.featurize(prompts))
+        neighbourhood.query(state.featurize(prompts))
+        (faults / "qdrant").unlink()
+        neighbourhood.query(state.featurize(prompts))
+    assert neighbourhood.fallbacks == 2 and refused_calls(faults, "qdrant") == 2
+    np.testing.assert_allclose(down, up, atol=1e-5)  # the mirror holds what was added
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("vector store unavailable" in m for m in lines) == 1  # once per outage
+    assert sum("vector store available again" in m for m in lines) == 1
     state.close()
 
 

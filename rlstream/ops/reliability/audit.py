@@ -5,6 +5,7 @@ published, and a request's path through the topics when one is missing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -160,18 +161,24 @@ def held_in_checkpoint(store, run_id: str) -> set[str]:
 async def trace_requests(endpoints: Endpoints, cfg: Config, ids: list[str]) -> dict:
     """Where each request's messages are: topic -> [partition, offset, produced time] of the
     first message holding it (what a lost request reached before it was lost)."""
-    from rlstream.connectors.reading import ReadRange, read_topic
+    from rlstream.connectors.reading import ReadRange, TopicNotFound, read_topic
     from rlstream.schemas import DecodeError, decode
 
     wanted, found = set(ids), {rid: {} for rid in ids}
     run_id, changelog = cfg.run_id, f"{cfg.group('processors')}-pending_groups-changelog"
-    async for record in read_topic(endpoints, changelog, ReadRange()):
-        key = (record.key or b"").decode(errors="replace")
-        if key in wanted:  # the assembler's table writes for it (what a restart recovers)
-            value = json.loads(record.value) if record.value else None
-            state = "tombstone" if value is None else {k: len(v) if isinstance(v, list) else v
-                                                       for k, v in value.items()}  # fmt: skip
-            found[key].setdefault("changelog", []).append([record.partition, record.offset, state])
+    with contextlib.suppress(TopicNotFound):  # none while the processors never started
+        async for record in read_topic(endpoints, changelog, ReadRange()):
+            key = (record.key or b"").decode(errors="replace")
+            if key in wanted:  # the assembler's table writes for it (what a restart recovers)
+                value = json.loads(record.value) if record.value else None
+                state = (
+                    "tombstone"
+                    if value is None
+                    else {k: len(v) if isinstance(v, list) else v for k, v in value.items()}
+                )
+                found[key].setdefault("changelog", []).append(
+                    [record.partition, record.offset, state]
+                )
     for name in ("rollout_requests", "rollouts", "rewards", "experience"):
         async for record in read_topic(endpoints, get(name).topic, ReadRange()):
             try:
@@ -182,4 +189,39 @@ async def trace_requests(endpoints: Endpoints, cfg: Config, ids: list[str]) -> d
                 if r["run_id"] == run_id and r["request_id"] in wanted:
                     at = [record.partition, record.offset, str(r["produced_at"])]
                     found[r["request_id"]].setdefault(name, at)
+    await _add_committed(endpoints, cfg, found)
+    at = {(get(name).topic, *trace[name][:2]): rid for rid, trace in found.items()
+          for name in ("rollout_requests", "rollouts", "rewards") if name in trace}  # fmt: skip
+    async for record in read_topic(endpoints, get("dead_letters").topic, ReadRange()):
+        try:
+            rows = decode(record.value, record.headers, expect=("dead_letters",)).to_pylist()
+        except DecodeError:
+            continue
+        for r in rows:  # a consumer refused the message: its reason
+            where = (r["source_topic"], r["source_partition"], r["source_offset"])
+            if where in at:
+                found[at[where]].setdefault("dead_letters", []).append(
+                    [r["consumer"], r["error_kind"], r["reason"]]
+                )
     return found
+
+
+async def _add_committed(endpoints: Endpoints, cfg: Config, found: dict) -> None:
+    """Beside each message of a lost request, where its consumer group had committed in that
+    partition at the end (an offset past the message: the group moved on without it)."""
+    from aiokafka import TopicPartition
+
+    from rlstream.ops.commands.topics import committed_offsets
+
+    readers = {"rollout_requests": "rollout-workers", "rollouts": "processors",
+               "rewards": "processors", "experience": "trainer"}  # fmt: skip
+    for name, group in readers.items():
+        topic = get(name).topic
+        tps = sorted({TopicPartition(topic, at[0]) for trace in found.values()
+                      if (at := trace.get(name))})  # fmt: skip
+        if not tps:
+            continue
+        committed = await committed_offsets(endpoints, cfg.group(group), tps)
+        for trace in found.values():
+            if at := trace.get(name):
+                at.append({"committed": committed.get(TopicPartition(topic, at[0]))})

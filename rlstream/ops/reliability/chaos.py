@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlstream.config import Config
-from rlstream.connectors.faults import FAULTS_DIR
+from rlstream.connectors.faults import FAULTS_DIR, refused_calls
 from rlstream.ops.launcher.childrun import ChildRun, RunFailed, wait_for
 from rlstream.ops.reliability.audit import (
     audit_run,
@@ -226,16 +226,26 @@ class Injector:
         elif fault.kind == "s3-down":
             self._outage(fault, "seaweedfs", self.stack.stop_server, self.args.s3_down_s)
         elif fault.kind == "qdrant-down":
-            flag = self.faults_dir / "qdrant"
-            fault.injected = time.time()
-            flag.touch()
-            time.sleep(self.args.qdrant_down_s)
-            flag.unlink()
-            fault.detail = {"down_s": self.args.qdrant_down_s}
+            fault.detail = self._vector_store_outage()
         else:
             raise ChaosError(f"unknown fault kind {fault.kind!r}")
         fault.injected = fault.injected or time.time()
         fault.lifted = time.time()
+
+    def _vector_store_outage(self) -> dict:
+        """The failpoint on for `qdrant_down_s`, and on past that until the scheduler has felt
+        it (a call refused): a scheduler between flushes and PPM reads may not touch the store
+        for a while, and an outage nobody saw tests nothing."""
+        flag, before = self.faults_dir / "qdrant", refused_calls(self.faults_dir, "qdrant")
+        at = time.time()
+        flag.touch()
+        time.sleep(self.args.qdrant_down_s)
+        deadline = time.monotonic() + self.args.recovery_timeout_s
+        while refused_calls(self.faults_dir, "qdrant") == before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        flag.unlink()
+        return {"down_s": round(time.time() - at, 1), "_at": at,
+                "calls_refused": refused_calls(self.faults_dir, "qdrant") - before}  # fmt: skip
 
     def _outage(self, fault: Fault, server: str, take_down, down_s: float) -> None:
         """Take a stack server down (stop or kill it), then start it again after `down_s`."""

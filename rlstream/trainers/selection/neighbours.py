@@ -9,11 +9,14 @@ answer the k-nearest-neighbour query with the same interface, registered in `NEI
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import numpy as np
 
 from rlstream.registry import Registry
+
+log = logging.getLogger(__name__)
 
 NEIGHBOURHOODS = Registry("neighbourhood index")  # name -> class with add() and query()
 
@@ -150,6 +153,7 @@ class QdrantNeighbourhood:
         self.store = store
         self.mirror = KnnNeighbourhood(k, prior_rate, prior_strength)
         self.queries = self.fallbacks = 0
+        self.down = False  # the last query fell back to the mirror
 
     @staticmethod
     def point_id(pid: str) -> str:
@@ -173,9 +177,16 @@ class QdrantNeighbourhood:
         self.queries += 1
         try:
             found = self.store.search_batch(_unit(vectors).tolist(), limit=self.k + 1)
-        except Exception:  # noqa: BLE001  (unavailable: a server's client raises several kinds)
+        except Exception as exc:  # noqa: BLE001  (a server's client raises several kinds)
             self.fallbacks += 1
+            if not self.down:
+                log.warning("vector store unavailable for the PPM's neighbourhood (%s); "
+                            "reading its in-memory mirror", exc)  # fmt: skip
+            self.down = True
             return self.mirror.query(vectors, exclude)
+        if self.down:
+            log.info("vector store available again for the PPM's neighbourhood")
+            self.down = False
         for i, hits in enumerate(found):
             own = exclude[i] if exclude else None
             hits = [h for h in hits if h.payload.get("prompt_id") != own]
