@@ -60,6 +60,30 @@ class Registry(dict):
         return self[name]
 
 
+def import_spec(spec: str):
+    """The object `package.module:attr` or `path/to/file.py:attr` names, imported (a user's
+    plug-in); ValueError says what is wrong."""
+    import importlib.util
+    from pathlib import Path
+
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise ValueError(f"{spec!r}: give package.module:Name or path/file.py:Name")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).resolve()
+            found = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(found)
+            found.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except Exception as exc:  # noqa: BLE001  (the user's module: whatever it raises is theirs)
+        raise ValueError(f"{spec!r}: importing {where!r} failed ({exc!r:.200})") from None
+    if not hasattr(module, attr):
+        raise ValueError(f"{spec!r}: {where!r} has no {attr!r}")
+    return getattr(module, attr)
+
+
 def _where(obj) -> str | None:
     module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     return f"{module}:{name}" if module and name else None

@@ -111,6 +111,22 @@ def _cell(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _turns_cell(row: dict):
+    """An episode's transcript with the environment's text in cyan, newlines as ⏎ (the policy's
+    own text plain)."""
+    from rich.text import Text
+
+    text, spans = row["completion"], row["env_spans"]
+    cell, at = Text(), 0
+    for start, end in zip(spans[::2], spans[1::2], strict=True):
+        cell.append(text[at:start].replace("\n", "⏎"))
+        cell.append(text[start:end].replace("\n", "⏎"), style="cyan")
+        at = end
+    cell.append(text[at:].replace("\n", "⏎"))
+    cell.truncate(72, overflow="ellipsis")
+    return cell
+
+
 def _json_value(value):
     import base64
     from datetime import datetime
@@ -170,7 +186,8 @@ def tail(
                 for name in columns:
                     table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=6)
                 for row in rows:
-                    table.add_row(*(_cell(row[c]) for c in columns))
+                    table.add_row(*(_turns_cell(row) if c == "completion" and row.get("env_spans")
+                                    else _cell(row[c]) for c in columns))  # fmt: skip
                 console.print(table)
                 first = False
             shown += len(rows)

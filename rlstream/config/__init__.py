@@ -25,6 +25,7 @@ from rlstream.config.model import DataConfig, ModelConfig
 from rlstream.config.run import (
     CheckpointConfig,
     Config,
+    EnvConfig,
     EvalConfig,
     LoopConfig,
     TrackingConfig,
@@ -39,6 +40,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DataConfig",
+    "EnvConfig",
     "EvalConfig",
     "LoopConfig",
     "ModelConfig",

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlstream.config.checks import at_least
+from rlstream.config.checks import ConfigError, at_least
 from rlstream.config.files import from_dict, merge, nested, parse_overrides, read_file, to_dict
 from rlstream.config.model import DataConfig, ModelConfig
 from rlstream.config.selection import AUTO_FEATURES, SelectionConfig
@@ -86,6 +86,36 @@ class LoopConfig:
 
 
 @dataclass
+class EnvConfig:
+    """How episodes run, for prompts that name an environment (`rlstream.environments`)."""
+
+    max_turns: int = 4
+    """policy turns per episode at most"""
+    step_timeout_s: float = 10.0
+    """longest one reset or step of an environment may take; over it the episode fails"""
+    turn_tokens: int = 0
+    """new tokens per policy turn at most (0: rl.max_new_tokens); an episode's whole budget is
+    the model's context"""
+    options: str = ""
+    """a JSON object every environment of the run is made with, e.g. {"tool": false}"""
+
+    def __post_init__(self):
+        at_least("env", "max_turns", self.max_turns, 1)
+        at_least("env", "step_timeout_s", self.step_timeout_s, 0.001)
+        at_least("env", "turn_tokens", self.turn_tokens, 0)
+        try:
+            ok = isinstance(json.loads(self.options or "{}"), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"env.options: {self.options!r} is not a JSON object; "
+                              'write e.g. {"tool": false}')  # fmt: skip
+
+    def option(self, name: str, default=None):
+        return json.loads(self.options or "{}").get(name, default)
+
+
+@dataclass
 class TrackingConfig:
     """Experiment tracking (optional)."""
 
@@ -112,6 +142,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def ppm_feature_spec(self) -> str:

@@ -30,6 +30,16 @@ STR, I32, I64, F32, F64, BOOL = (
 )
 TOKENS = pa.list_(pa.int32())
 LOGPROBS = pa.list_(pa.float32())
+MASK = pa.list_(pa.int8())  # per completion token: 1 the policy sampled it, 0 an environment's
+EPISODE = [  # a multi-turn episode's own columns (null on a single-turn completion)
+    opt("environment", STR),
+    opt("loss_mask", MASK),
+    opt("turn_rewards", LOGPROBS),
+    opt("turns", I32),
+    opt("stop_reason", STR),  # done | turns | context | error
+    opt("env_error", STR),  # "<kind>: <reason>" when the environment failed
+    opt("env_spans", TOKENS),  # [start, end) pairs: the environment's text within `completion`
+]
 
 PROMPTS = register(
     "prompts",
@@ -44,6 +54,7 @@ PROMPTS = register(
         opt("dataset", STR),  # the pool a run selects from (`rlstream run --dataset`)
         opt("verifier", STR),  # the verifier to check it with; absent: the task's
         opt("metadata", STR),  # JSON object with any further columns the user supplied
+        opt("environment", STR),  # the environment its episodes run in; absent: single-turn
     ],
     key="prompt_id",
     partitions=4,
@@ -85,6 +96,7 @@ ROLLOUT_REQUESTS = register(
         opt("predicted_pass_rate", F32),
         opt("verifier", STR),
         opt("metadata", STR),  # the prompt's further columns (JSON): a reward function gets them
+        opt("environment", STR),
     ],
     key="prompt_id",
     partitions=4,
@@ -111,10 +123,15 @@ ROLLOUTS = register(
         opt("worker_id", STR),
         opt("verifier", STR),  # carried from the request: score_rollouts checks with it
         opt("metadata", STR),  # carried from the request: the reward function's extra columns
+        *EPISODE,
+        opt("episode_reward", F32),  # the environment's return (the reward of an episode)
+        opt("tool_calls", I32),
+        opt("env_s", F32),  # seconds the episode waited on its environment
     ],
     key="prompt_id",
     partitions=4,
-    doc="One completion of a rollout request, with the policy version that produced it.",
+    doc="One completion of a rollout request (or one episode: its turns, policy and environment "
+    "tokens told apart by loss_mask), with the policy version that produced it.",
 )
 
 REWARDS = register(
@@ -149,6 +166,7 @@ EXPERIENCE = register(
         req("logprobs", LOGPROBS),
         req("reward", F32),
         req("correct", BOOL),
+        *EPISODE,
     ],
     key="prompt_id",
     partitions=4,

@@ -80,6 +80,16 @@ class VerifierFailed(DecodeError):
     kind = "verifier_failed"
 
 
+class EpisodeFailed(DecodeError):
+    """An episode whose environment failed (its kind: env_timeout, env_crashed, ...): scored 0,
+    and the trainer drops its group."""
+
+    def __init__(self, row: dict):
+        self.kind = row["env_error"].partition(":")[0]
+        super().__init__(f"request {row['request_id']} sample {row['sample_idx']} "
+                         f"({row.get('environment')}): {row['env_error']}")  # fmt: skip
+
+
 def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> None:
     """Score each rollout group (bounded by cfg.verifier_timeout_s): a failing verifier gives
     its group reward 0 and a dead letter with the reason; the loop goes on."""
@@ -97,6 +107,9 @@ def attach_score_rollouts(app: faust.App, glue: Glue, cfg: ProcessorConfig) -> N
                 rows, failures = await asyncio.to_thread(scorer.score, good)
                 for part, _, reason in failures:
                     await glue.reject(event, VerifierFailed(reason), part=part)
+                for part, row in enumerate(decoded.to_pylist()):
+                    if row.get("env_error") and row in good:
+                        await glue.reject(event, EpisodeFailed(row), part=part)
                 if rows:
                     await glue.emit(REWARDS, rows_to_batch(REWARDS, rows), topic=cfg.sink)
             await done(stream, event)

@@ -60,12 +60,14 @@ def rollout_rows(
     """G completions for each request (pure apart from the model's sampling)."""
     prompts = [prompt_of_row(r) for r in requests]
     G = requests[0]["group_size"]
-    s = rollout(policy, prompts, G, cfg.rl.max_new_tokens, cfg.rl.temperature, generator)
+    s = rollout(policy, prompts, G, cfg.rl.max_new_tokens, cfg.rl.temperature, generator, cfg.env)
     rows = []
     for k, i in enumerate(s.prompt_index):
         req = requests[i]
+        episode = s.episodes[k] if s.episodes and s.episodes[k].env is not None else None
         rows.append(
-            {
+            episode_columns(episode)
+            | {
                 "run_id": req["run_id"],
                 "policy_version": policy.version,
                 "request_id": req["request_id"],
@@ -87,6 +89,39 @@ def rollout_rows(
             }
         )
     return rows
+
+
+def episode_columns(e) -> dict:
+    """A multi-turn episode's own columns of its rollouts row (none for a single turn)."""
+    if e is None:
+        return {}
+    return {
+        "environment": e.prompt.environment,
+        "loss_mask": e.loss_mask,
+        "turn_rewards": e.turn_rewards,
+        "turns": e.turns,
+        "stop_reason": e.stop_reason,
+        "env_error": str(e.error) if e.error else None,
+        "env_spans": e.env_spans,
+        "episode_reward": 0.0 if e.error else e.reward,
+        "tool_calls": e.tool_calls,
+        "env_s": round(e.env_s, 4),
+    }
+
+
+def count_episodes(rows: list[dict]) -> None:
+    """The environment metrics of the episodes among `rows`."""
+    for r in rows:
+        env = r.get("environment")
+        if not env:
+            continue
+        metrics.ENV_STEPS.labels(env).inc(r["turns"] + 1)
+        metrics.ENV_WAIT_SECONDS.labels(env).inc(r["env_s"])
+        metrics.ENV_EPISODES.labels(env, r["stop_reason"]).inc()
+        metrics.ENV_TURNS.labels(env).inc(r["turns"])
+        metrics.ENV_TOOL_CALLS.labels(env).inc(r["tool_calls"])
+        if r["env_error"]:
+            metrics.ENV_ERRORS.labels(env, r["env_error"].partition(":")[0]).inc()
 
 
 def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
@@ -136,6 +171,7 @@ def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
             rows = rollout_rows(same_size, policy, cfg, worker_id, generator)
             for task, n in Counter(r["task"] for r in rows).items():
                 metrics.ROLLOUTS_GENERATED.labels(task).inc(n)
+            count_episodes(rows)
             batch = rows_to_batch(ROLLOUTS, rows, run_id=cfg.run_id, policy_version=policy.version)
             await glue.emit(ROLLOUTS, batch)  # split by key: a group never spans messages
 

@@ -244,6 +244,7 @@ class Scheduler:
                 "sampler": self.cfg.selection.sampler,
                 "verifier": p.verifier or None,
                 "metadata": p.metadata or None,
+                "environment": p.environment or None,
             }
             for i, p in enumerate(prompts)
         ]

@@ -277,7 +277,9 @@ class StreamTrainer:
             if len(group) == self.cfg.rl.group_size:
                 rows_in_order = [group[i] for i in sorted(group)]
                 del self.pending[row["request_id"]]
-                if self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
+                if any(r.get("env_error") for r in rows_in_order):
+                    self.drop(rows_in_order, "env_failed")  # dead-lettered by the processors
+                elif self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
                     self.drop_zero_variance(rows_in_order)
                 else:
                     self.ready.append(rows_in_order)
@@ -300,9 +302,19 @@ class StreamTrainer:
         self.counters["zero_variance_groups"] += 1
         self.counters["filtered_groups"] += 1
         self.counters["filtered_this_batch"] += 1
+        self.counters["refill_groups"] += 1
         self.record(group, "filtered")
         prom.TRAINER_GROUPS.inc()
         prom.TRAINER_ZERO_VARIANCE_GROUPS.inc()
+
+    def drop(self, group: list[dict], outcome: str) -> None:
+        """A group never trained for a reason of its own (`outcome`): consumed and counted."""
+        self.count_lag(group)
+        self.counters["groups_consumed"] += 1
+        self.counters[f"{outcome}_groups"] += 1
+        self.counters["refill_groups"] += 1  # the scheduler issues another in its place
+        self.record(group, outcome)
+        prom.TRAINER_GROUPS.inc()
 
     def lm_batch(self, rows: int) -> tuple | None:
         """Hybrid mode: the pre-training share of this update, from a corpus that has taken in
@@ -359,7 +371,7 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
     fed_back = asyncio.create_task(follow_fed_back(trainer)) if cfg.rl.hybrid else None
     try:
         started = last_signal = time.monotonic()
-        filtered_announced = counters["filtered_groups"]
+        filtered_announced = counters["refill_groups"]
         while st.rl_step < cfg.rl.steps:
             waited = time.monotonic()
             while len(trainer.ready) < cfg.rl.prompts_per_step:
@@ -372,9 +384,9 @@ async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
                             await dead.send(record, error)
                             continue
                         trainer.take(await trainable(trainer, rows, record, dead))
-                refill = counters["filtered_groups"] > filtered_announced
+                refill = counters["refill_groups"] > filtered_announced
                 if refill and time.monotonic() - last_signal > REFILL_SIGNAL_S:
-                    filtered_announced = counters["filtered_groups"]
+                    filtered_announced = counters["refill_groups"]
                     await trainer.announce(producer, upload=False)
                     last_signal = time.monotonic()
                 if time.monotonic() - last_signal > DEMAND_REFRESH_S:

@@ -31,6 +31,7 @@ def summarize(trainer, final: dict) -> dict:
         if c["groups_consumed"]
         else None,
         "filtered_groups": int(c["filtered_groups"]),
+        "env_failed_groups": int(c["env_failed_groups"]),  # an episode's environment failed
         "dataset": trainer.cfg.data.dataset,
         "eval_prompts": len(trainer.eval_set),
         "refused": trainer.refused,

@@ -48,20 +48,22 @@ def compute_gae(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over each sequence's real tokens. All (B, T).
 
-    The value after a sequence's last real token is 0 (the episode ends). Returns (advantages,
-    returns) with returns = advantages + values; both are 0 on masked positions.
+    The value after a sequence's last real token is 0 (the episode ends). A masked position
+    inside a sequence (an environment's tokens between two policy turns) is stepped over: the
+    next turn's value and advantage reach the turn before it. Returns (advantages, returns) with
+    returns = advantages + values; both are 0 on masked positions.
     """
     B, T = rewards.shape
     adv = torch.zeros_like(rewards)
     last = rewards.new_zeros(B)
     next_value = rewards.new_zeros(B)
     for t in reversed(range(T)):
-        m = mask[:, t].to(rewards.dtype)
+        real = mask[:, t] > 0
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        last = (delta + gamma * lam * last) * m
-        adv[:, t] = last
-        next_value = torch.where(m > 0, values[:, t], next_value * 0)
-        last = last * m
+        gae = delta + gamma * lam * last
+        adv[:, t] = torch.where(real, gae, 0.0)
+        last = torch.where(real, gae, last)
+        next_value = torch.where(real, values[:, t], next_value)
     return adv, (adv + values) * mask
 
 

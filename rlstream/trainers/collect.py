@@ -69,8 +69,8 @@ class _Round:
     correct: list[bool]
 
 
-def _roll(policy: Policy, prompts, rl: RLConfig, version: int, gen, reward_fn, tag: str):
-    s = rollout(policy, prompts, rl.group_size, rl.max_new_tokens, rl.temperature, gen)
+def _roll(policy: Policy, prompts, rl: RLConfig, version: int, gen, reward_fn, tag: str, env):
+    s = rollout(policy, prompts, rl.group_size, rl.max_new_tokens, rl.temperature, gen, env)
     rewards, correct = score(prompts, s, reward_fn)
     exp = to_experience(prompts, s, rewards, version)
     if tag:
@@ -93,7 +93,9 @@ def _assemble(picks: list[tuple[_Round, int]], rl: RLConfig, rollouts: int) -> B
     return out
 
 
-def collect(policy: Policy, sampler, rl: RLConfig, step: int, gen, reward_fn=None) -> Batch:
+def collect(
+    policy: Policy, sampler, rl: RLConfig, step: int, gen, reward_fn=None, env=None
+) -> Batch:
     """One batch of experience for update `step` (see the module docstring)."""
     B, version = rl.prompts_per_step, policy.version
     t_sample = 0.0
@@ -104,7 +106,7 @@ def collect(policy: Policy, sampler, rl: RLConfig, step: int, gen, reward_fn=Non
         nonlocal t_sample
         t = time.perf_counter()
         tag = f"r{len(rounds)}" if len(rounds) or dapo or rl.filter_zero_variance else ""
-        rounds.append(_roll(policy, prompts, rl, version, gen, reward_fn, tag))
+        rounds.append(_roll(policy, prompts, rl, version, gen, reward_fn, tag, env))
         t_sample += time.perf_counter() - t
         return rounds[-1].rewards
 

@@ -33,7 +33,8 @@ HELDOUT_SALT = 0  # split_of seed for carving user datasets: independent of the 
 
 
 def prompt_of_row(row: dict) -> Prompt:
-    """The Prompt a prompts (or rollout_requests) row describes."""
+    """The Prompt a prompts (or rollout_requests) row describes; without an environment column
+    its task family's environment, if it has one."""
     return Prompt(
         row["prompt_id"],
         row["text"],
@@ -42,6 +43,7 @@ def prompt_of_row(row: dict) -> Prompt:
         row.get("answer") or "",
         row.get("verifier") or "",
         row.get("metadata") or "",
+        row.get("environment") or getattr(TASKS.get(row["task"]), "environment", ""),
     )
 
 
@@ -60,7 +62,15 @@ def prompt_problem(row: dict, tok: Tokenizer, max_prompt_tokens: int) -> str | N
 
 def verifier_problem(row: dict) -> str | None:
     """Why no verifier can check this prompt row (its task names none, or the verifier cannot
-    read its answer), or None. Needs no model, so `rlstream publish` checks it too."""
+    read its answer; or it names an environment there is none of), or None. Needs no model, so
+    `rlstream publish` checks it too."""
+    from rlstream.environments.base import environment_class
+
+    if env := row.get("environment"):
+        try:
+            environment_class(env)
+        except ValueError as exc:
+            return str(exc)
     name = row.get("verifier") or row["task"]
     what = "verifier" if row.get("verifier") else "task"
     try:
@@ -172,15 +182,16 @@ class Usable:
 
 def usable(view: DatasetView, cfg, tok: Tokenizer) -> Usable:
     """The train pool, up to eval.prompts held-out prompts, and the documents the tokenizer
-    and the context can take (cfg: a Config). A dataset with nothing usable on a side raises
+    can write (a newline inside one is a document of turns, not an early end) and the context
+    can take (cfg: a Config). A dataset with nothing usable on a side raises
     ValueError naming it."""
     room = cfg.model.block_size - cfg.rl.max_new_tokens
     pool = [p for p in view.pool.values() if not prompt_problem(p.to_row(), tok, room)]
     held = view.eval_set(len(view.heldout))
     admitted = [p for p in held if not prompt_problem(p.to_row(), tok, room)]
     docs, val = view.corpus()
-    fits = [d for d in docs if not text_problem(d.removesuffix(EOS), tok, 10**9)]
-    val_fits = [d for d in val if not text_problem(d.removesuffix(EOS), tok, 10**9)]
+    fits = [d for d in docs if not tok.unknown(d.removesuffix(EOS))]
+    val_fits = [d for d in val if not tok.unknown(d.removesuffix(EOS))]
     refused = {
         "train_prompts": len(view.pool) - len(pool),
         "heldout_prompts": len(held) - len(admitted),

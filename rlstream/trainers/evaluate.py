@@ -13,31 +13,48 @@ from collections import defaultdict
 
 import torch
 
+from rlstream.config import EnvConfig
 from rlstream.registry import Registry
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.sampling import sample
 
-# fn(model, tok, prompts, max_new_tokens, k, temperature, generator) -> per-prompt scores
+# fn(model, tok, prompts, max_new_tokens, k, temperature, generator, env) -> per-prompt scores
 EVALUATORS = Registry("evaluator")
 register_evaluator = EVALUATORS.register
 EVAL_SEED_OFFSET = 123  # evaluation samples draw from their own generator: seed + 123
 
 
+def solved(model, tok, prompts, n, max_new_tokens, temperature, generator, env) -> list[float]:
+    """1.0 or 0.0 for each of n completions per prompt (prompt-major): a completion verifies;
+    where the prompts name an environment they run as episodes, and an episode counts when
+    its environment did not fail and its return is positive."""
+    if not any(p.environment for p in prompts):
+        s = sample(model, tok, [p.text for p in prompts], n, max_new_tokens,
+                   temperature=temperature, generator=generator)  # fmt: skip
+        return [float(verify(c, prompts[j])) for c, j in zip(s.texts, s.prompt_index, strict=True)]
+    from rlstream.environments.episodes import run_episodes
+
+    out = []
+    for e in run_episodes(model, tok, prompts, n, max_new_tokens, temperature, env, generator):
+        if e.env is None:
+            out.append(float(verify(e.action, e.prompt)))
+        else:
+            out.append(float(e.error is None and e.reward > 0))
+    return out
+
+
 @register_evaluator("greedy")
-def greedy(model, tok, prompts, max_new_tokens, k, temperature, generator) -> list[float]:
-    """1 where the greedy completion verifies."""
-    s = sample(model, tok, [p.text for p in prompts], 1, max_new_tokens, temperature=0)
-    return [float(verify(c, p)) for c, p in zip(s.texts, prompts, strict=True)]
+def greedy(model, tok, prompts, max_new_tokens, k, temperature, generator, env) -> list[float]:
+    """1 where the greedy completion (or episode) solves the prompt."""
+    return solved(model, tok, prompts, 1, max_new_tokens, 0, None, env)
 
 
 @register_evaluator("pass1")
-def pass1(model, tok, prompts, max_new_tokens, k, temperature, generator) -> list[float]:
-    """The share of k temperature samples that verify (k = 0: not measured)."""
+def pass1(model, tok, prompts, max_new_tokens, k, temperature, generator, env) -> list[float]:
+    """The share of k temperature samples that solve the prompt (k = 0: not measured)."""
     if not k:
         return []
-    texts = [p.text for p in prompts]
-    s = sample(model, tok, texts, k, max_new_tokens, temperature=temperature, generator=generator)
-    ok = [float(verify(c, prompts[j])) for c, j in zip(s.texts, s.prompt_index, strict=True)]
+    ok = solved(model, tok, prompts, k, max_new_tokens, temperature, generator, env)
     return [sum(ok[j * k : (j + 1) * k]) / k for j in range(len(prompts))]
 
 
@@ -58,6 +75,7 @@ def evaluate(
     temperature: float = 1.0,
     seed: int = 0,
     batch_prompts: int = 256,
+    env: EnvConfig | None = None,
 ) -> dict:
     """{'greedy', 'greedy_by_task', 'pass1', 'pass1_by_task', 'pass_rates'} (pass1 keys only
     when k > 0). Sampling uses its own generator seeded by `seed`, so evaluating never moves
@@ -67,7 +85,7 @@ def evaluate(
     for i in range(0, len(prompts), batch_prompts):
         chunk = prompts[i : i + batch_prompts]
         for name, fn in EVALUATORS.items():
-            scores[name] += fn(model, tok, chunk, max_new_tokens, k, temperature, g)
+            scores[name] += fn(model, tok, chunk, max_new_tokens, k, temperature, g, env)
     out: dict = {}
     for name, values in scores.items():
         if values:
@@ -83,4 +101,5 @@ def evaluate_with(model, tok, prompts: list[Prompt], cfg, k: int | None = None, 
     (default eval.samples), seeded by `seed` (default cfg.seed) + EVAL_SEED_OFFSET."""
     k = cfg.eval.samples if k is None else k
     seed = (cfg.seed if seed is None else seed) + EVAL_SEED_OFFSET
-    return evaluate(model, tok, prompts, cfg.rl.max_new_tokens, k, cfg.rl.temperature, seed)
+    return evaluate(model, tok, prompts, cfg.rl.max_new_tokens, k, cfg.rl.temperature, seed,
+                    env=cfg.env)  # fmt: skip

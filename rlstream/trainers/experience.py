@@ -72,6 +72,9 @@ def row_problem(row: dict, limits: RowLimits) -> str | None:
         return f"{length} tokens, more than the context ({block})"
     if len(row["logprobs"]) != len(completion):
         return f"{len(row['logprobs'])} logprobs for {len(completion)} completion tokens"
+    mask = row.get("loss_mask")
+    if mask is not None and (len(mask) != len(completion) or not set(mask) <= {0, 1}):
+        return f"loss_mask of {len(mask)} 0/1 values for {len(completion)} completion tokens"
     if not all(math.isfinite(x) for x in row["logprobs"]):
         return "a logprob is not finite"
     return None
@@ -115,9 +118,21 @@ def score_rollouts(
         return []
     prompts = [prompt_of(r) for r in rollouts]
     completions = [r["completion"] for r in rollouts]
-    rewards = call_reward(reward_fn or verifier_reward, completions, prompts)
+    # an episode's reward is its environment's return; the verifier or reward function scores
+    # single-turn completions (the one-step case)
+    plain = [i for i, r in enumerate(rollouts) if not r.get("environment")]
+    rewards = [float(r.get("episode_reward") or 0.0) for r in rollouts]
+    if plain:
+        scored = call_reward(reward_fn or verifier_reward, [completions[i] for i in plain],
+                             [prompts[i] for i in plain])  # fmt: skip
+        for i, reward in zip(plain, scored, strict=True):
+            rewards[i] = reward
     out = []
     for row, prompt, reward in zip(rollouts, prompts, rewards, strict=True):
+        if row.get("environment"):
+            correct = not row.get("env_error") and reward > 0
+        else:
+            correct = bool(verify(row["completion"], prompt))
         out.append(
             {
                 "event_id": make_event_id(
@@ -131,8 +146,8 @@ def score_rollouts(
                 "group_size": row["group_size"],
                 "task": row["task"],
                 "reward": float(reward),
-                "correct": bool(verify(row["completion"], prompt)),
-                "verifier": verifier,
+                "correct": correct,
+                "verifier": f"env:{row['environment']}" if row.get("environment") else verifier,
             }
         )
     return out
@@ -250,5 +265,11 @@ def assemble_experience(rollouts: list[dict], rewards: list[dict]) -> list[dict]
                 "reward": scored["reward"],
                 "correct": scored["correct"],
             }
+            | {name: row.get(name) for name in EPISODE_COLUMNS if row.get(name) is not None}
         )
     return out
+
+
+EPISODE_COLUMNS = ("environment", "loss_mask", "turn_rewards", "turns", "stop_reason",
+                   "env_error", "env_spans")  # fmt: skip
+"""What an experience row keeps of its episode (`schemas.events.EPISODE`)."""

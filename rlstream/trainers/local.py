@@ -113,7 +113,7 @@ def rl_step(run: Run) -> dict:
     """Collect a batch from the sampler, (hybrid: mix in LM loss, feed verified rollouts back),
     update, evaluate on schedule."""
     c, st = run.cfg, run.state
-    batch = collect(st.policy(), run.sampler, c.rl, st.rl_step, st.sample_gen, run.reward_fn)
+    batch = collect(st.policy(), run.sampler, c.rl, st.rl_step, st.sample_gen, run.reward_fn, c.env)
     run.generated += batch.rollouts
     lm_batch = None
     if c.rl.hybrid:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from rlstream.config import EnvConfig
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.lm import (
     CausalLM,
@@ -60,8 +61,14 @@ def rollout(
     max_new_tokens: int = 8,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    env: EnvConfig | None = None,
 ) -> Samples:
-    """group_size completions per prompt in one batch (rows i*G .. i*G+G-1 belong to prompt i)."""
+    """group_size completions per prompt in one batch (rows i*G .. i*G+G-1 belong to prompt i).
+    When a prompt names an environment the batch runs as episodes (`environments.episodes`):
+    a row's tokens are its whole episode, its text the transcript."""
+    if any(p.environment for p in prompts):
+        return episode_samples(policy, prompts, group_size, max_new_tokens, temperature,
+                               generator, env or EnvConfig())  # fmt: skip
     texts = [p.text for p in prompts]
     return sample(
         policy.model,
@@ -74,13 +81,34 @@ def rollout(
     )
 
 
+def episode_samples(policy, prompts, n, max_new_tokens, temperature, generator, env) -> Samples:
+    from rlstream.environments.episodes import run_episodes
+
+    episodes = run_episodes(policy.model, policy.tok, prompts, n, max_new_tokens, temperature,
+                            env, generator)  # fmt: skip
+    return Samples(
+        prompt_index=[i for i in range(len(prompts)) for _ in range(n)],
+        prompt_tokens=[e.context[: e.n_prompt] for e in episodes],
+        tokens=[e.tokens for e in episodes],
+        texts=[e.text if e.env is not None else e.action for e in episodes],
+        logprobs=[e.logprobs for e in episodes],
+        finish_reasons=[e.finish for e in episodes],
+        episodes=episodes,
+    )
+
+
 def score(
     prompts: list[Prompt], samples: Samples, reward_fn: RewardFn | None = None
 ) -> tuple[list[float], list[bool]]:
-    """(rewards, correct) per completion; rewards from reward_fn (default: the verifiers)."""
+    """(rewards, correct) per completion; rewards from reward_fn (default: the verifiers), an
+    episode's from its environment (its return; correct when it is positive)."""
     rows = [prompts[i] for i in samples.prompt_index]
     rewards = call_reward(reward_fn or verifier_reward, samples.texts, rows)
     correct = [verify(c, p) for c, p in zip(samples.texts, rows, strict=True)]
+    for k, e in enumerate(samples.episodes or []):
+        if e.env is not None:
+            rewards[k] = 0.0 if e.error else e.reward
+            correct[k] = e.error is None and e.reward > 0
     return rewards, correct
 
 
@@ -89,6 +117,9 @@ def to_experience(
 ) -> Experience:
     """An Experience batch; the group id is '<row of the prompt in the batch>:<prompt_id>'."""
     groups = [f"{i}:{prompts[i].prompt_id}" for i in samples.prompt_index]
+    masks = None
+    if samples.episodes:  # an episode whose environment failed trains nothing
+        masks = [[0] * len(e.loss_mask) if e.error else e.loss_mask for e in samples.episodes]
     return Experience(
         samples.prompt_tokens,
         samples.tokens,
@@ -96,6 +127,7 @@ def to_experience(
         list(rewards),
         groups,
         [policy_version] * len(groups),
+        masks,
     )
 
 

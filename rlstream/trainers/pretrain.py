@@ -18,12 +18,15 @@ from rlstream.trainers.lm import Tokenizer
 
 
 def worked_document(prompt: Prompt, rng: random.Random, flaw_rate: float) -> str:
-    """The prompt with its answer, or with its family's systematic mistake at rate flaw_rate."""
-    answer = prompt.answer
+    """The prompt with its answer, or with its family's systematic mistake at rate flaw_rate;
+    a family whose prompts are episodes writes the whole episode (its `transcript`)."""
+    family, answer = get_task(prompt.task), prompt.answer
     if flaw_rate > 0:
-        flawed = get_task(prompt.task).flawed_answer(prompt)
+        flawed = family.flawed_answer(prompt)
         if flawed is not None and rng.random() < flaw_rate:
             answer = flawed
+    if hasattr(family, "transcript"):
+        answer = family.transcript(prompt, flawed=answer != prompt.answer)
     return prompt.text + answer + "\n"
 
 

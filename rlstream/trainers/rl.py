@@ -38,13 +38,21 @@ class Experience:
     rewards: list[float]
     group_ids: list  # any hashable per row (e.g. prompt_id)
     policy_version: list[int]  # version of the policy that produced each row
+    loss_masks: list | None = None
+    """per row: 1 on the completion tokens the policy sampled, 0 on an environment's (a
+    multi-turn episode); None for a row (or all rows) whose every completion token is the
+    policy's"""
+
+    def __post_init__(self):
+        if self.loss_masks is None:
+            self.loss_masks = [None] * len(self.rewards)
 
     def __len__(self) -> int:
         return len(self.rewards)
 
     def _columns(self) -> list[list]:
         return [self.prompt_tokens, self.completion_tokens, self.old_logprobs, self.rewards,
-                self.group_ids, self.policy_version]  # fmt: skip
+                self.group_ids, self.policy_version, self.loss_masks]  # fmt: skip
 
     def select(self, rows) -> Experience:
         return Experience(*[[col[i] for i in rows] for col in self._columns()])
@@ -62,6 +70,7 @@ class Experience:
             [r["reward"] for r in rows],
             [r["request_id"] for r in rows],
             [r["policy_version"] for r in rows],
+            [r.get("loss_mask") for r in rows],
         )
 
 
@@ -75,7 +84,8 @@ def collate(exp: Experience, pad_id: int) -> dict[str, torch.Tensor]:
     for i, (p, c) in enumerate(zip(exp.prompt_tokens, exp.completion_tokens, strict=True)):
         tokens[i, : len(p) + len(c)] = torch.tensor(p + c)
         start = len(p) - 1  # the target at position start is the first completion token
-        mask[i, start : start + len(c)] = 1.0
+        own = exp.loss_masks[i]
+        mask[i, start : start + len(c)] = 1.0 if own is None else torch.tensor(own[: len(c)])
         old[i, start : start + len(c)] = torch.tensor(exp.old_logprobs[i][: len(c)])
     return {"tokens": tokens, "old_logp": old, "mask": mask, "rewards": torch.tensor(exp.rewards)}
 

@@ -26,6 +26,7 @@ class Samples:
     texts: list[str]  # completion text up to (without) the stop string or EOS
     logprobs: list[list[float]]  # log p(token) under the sampling distribution (temperature)
     finish_reasons: list[str]  # "stop" (EOS or a stop string) or "length" (max_new_tokens)
+    episodes: list | None = None  # multi-turn: each row's `environments.episodes.Episode`
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -60,10 +61,37 @@ def sample(
 ) -> Samples:
     """Sample n completions per prompt in one batch (each prompt formatted by the tokenizer:
     its chat template when it has one); temperature 0 is greedy."""
+    enc = [e for e in tok.encode_prompts(prompts) for _ in range(n)]
+    tokens, logprobs, finish = sample_ids(model, tok, enc, max_new_tokens, temperature, top_p,
+                                          stop, use_cache, generator)  # fmt: skip
+    return Samples(
+        prompt_index=[i for i in range(len(prompts)) for _ in range(n)],
+        prompt_tokens=enc,
+        tokens=tokens,
+        texts=[completion_text(tok, ts, stop) for ts in tokens],
+        logprobs=logprobs,
+        finish_reasons=finish,
+    )
+
+
+@torch.no_grad()
+def sample_ids(
+    model: CausalLM,
+    tok: Tokenizer,
+    enc: list[list[int]],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop: tuple[str, ...] = ("\n",),
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> tuple[list[list[int]], list[list[float]], list[str]]:
+    """One continuation of each token context in `enc` (token in, token out: an episode's next
+    policy turn continues the exact ids it sampled before, never a re-tokenised text); the
+    sampled ids (with their stop token), their logprobs and "stop" or "length" for each."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    enc = [e for e in tok.encode_prompts(prompts) for _ in range(n)]
     B, P = len(enc), max(len(e) for e in enc)
     if P + max_new_tokens > model.block_size:
         raise ValueError(f"prompt {P} + {max_new_tokens} new tokens > block_size")
@@ -105,11 +133,5 @@ def sample(
             break
     out_tok = seq[:, P:]
     tokens = [out_tok[i, : lengths[i]].tolist() for i in range(B)]
-    return Samples(
-        prompt_index=[i for i in range(len(prompts)) for _ in range(n)],
-        prompt_tokens=enc,
-        tokens=tokens,
-        texts=[completion_text(tok, ts, stop) for ts in tokens],
-        logprobs=[out_lp[i, : lengths[i]].tolist() for i in range(B)],
-        finish_reasons=["length" if a else "stop" for a in alive.tolist()],
-    )
+    logprobs = [out_lp[i, : lengths[i]].tolist() for i in range(B)]
+    return tokens, logprobs, ["length" if a else "stop" for a in alive.tolist()]

@@ -161,6 +161,8 @@ def _rows_strategy(event):
     def field_strategy(type_):
         if pa.types.is_string(type_):
             return st.text(max_size=20)
+        if pa.types.is_int8(type_):
+            return st.integers(-(2**7), 2**7 - 1)
         if pa.types.is_int32(type_):
             return st.integers(-(2**31), 2**31 - 1)
         if pa.types.is_integer(type_):

@@ -98,6 +98,7 @@ def headline(summary: dict, evals: list[dict]) -> list[str]:
         ("groups with no learning signal (all right or all wrong)",
          pct(summary.get("zero_variance_share"))),
         ("groups filtered before training (DAPO)", summary.get("filtered_groups")),
+        ("groups dropped: an environment failed", summary.get("env_failed_groups")),
         ("request -> experience, median / p99 (ms)",
          f"{summary.get('request_to_experience_p50_ms')} / "
          f"{summary.get('request_to_experience_p99_ms')}"),

@@ -17,7 +17,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.schemas import get
 
 log = logging.getLogger(__name__)
-UNTRAINED = ("stale", "filtered", "untrained_at_end")
+UNTRAINED = ("stale", "filtered", "env_failed", "untrained_at_end")
 
 
 DRAIN_STALL_S = 45.0

@@ -1,6 +1,11 @@
 """Procedural task families with verifiable answers, a registry, and reproducible splits."""
 
-from rlstream.trainers.envs import arithmetic, puzzles, verifiers  # noqa: F401  (register families)
+from rlstream.trainers.envs import (  # noqa: F401  (register families)
+    arithmetic,
+    puzzles,
+    tools,
+    verifiers,
+)
 from rlstream.trainers.envs.base import (
     TASKS,
     Prompt,

@@ -29,13 +29,17 @@ class Prompt:
     metadata: str = ""
     """the row's further columns as a JSON object (empty: none); a reward function gets each
     as a keyword argument, as TRL passes a dataset's columns"""
+    environment: str = ""
+    """the environment its episodes run in (`rlstream.environments`); empty: one policy turn,
+    scored by the verifier"""
 
     def to_row(self) -> dict:
         """The prompt as a plain dict (prompt_id, text, task, difficulty, answer, verifier,
-        metadata where there is some)."""
+        metadata and environment where there are some)."""
         row = asdict(self)
-        if not row["metadata"]:
-            del row["metadata"]
+        for optional in ("metadata", "environment"):
+            if not row[optional]:
+                del row[optional]
         return row
 
 

@@ -140,7 +140,7 @@ def run_arm(
     res.rows.append({"step": 0, "rollouts": 0, "wasted": 0, "trained_rollouts": 0} | ev)
     trained, steps = 0, cfg.rl.steps
     for step in range(steps):
-        batch = collect(state.policy(), sampler, cfg.rl, step, state.sample_gen)
+        batch = collect(state.policy(), sampler, cfg.rl, step, state.sample_gen, env=cfg.env)
         res.score_records += len(getattr(sampler, "last_records", []))
         t0 = time.perf_counter()
         m = rl_update(state, batch.experience)

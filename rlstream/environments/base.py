@@ -1,0 +1,102 @@
+"""The environment interface, its registry and how an environment fails (no torch here).
+
+    class Echo:
+        def __init__(self, settings: EnvConfig): ...
+        async def reset(self, prompt: Prompt) -> str: return ""        # text before turn 1
+        async def step(self, action: str) -> Step: return Step("", 1.0, done=True)
+        async def close(self) -> None: ...
+
+    ENVIRONMENTS.register("echo")(Echo)
+
+One instance serves one episode (an environment keeps its state between steps; nothing is
+shared between episodes). Every call is bounded by `EnvConfig.step_timeout_s`; a call that
+raises, runs over, returns something that is not a `Step` or a reward that is not finite fails
+the episode with an `EnvironmentFailed` of one kind, and nothing of that episode is trained.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from rlstream.config import EnvConfig
+from rlstream.registry import Registry, import_spec
+
+if TYPE_CHECKING:
+    from rlstream.trainers.envs import Prompt
+
+
+@dataclass
+class Step:
+    """What the environment answers to one policy turn."""
+
+    observation: str = ""
+    """text the policy sees next (appended to its context as environment tokens, loss mask 0)"""
+    reward: float = 0.0
+    """this turn's reward; the episode's return is the sum over its turns"""
+    done: bool = False
+    info: dict = field(default_factory=dict)
+    """free-form; `tool_call: True` counts a tool call"""
+
+
+class Environment(Protocol):
+    async def reset(self, prompt: Prompt) -> str: ...
+
+    async def step(self, action: str) -> Step: ...
+
+    async def close(self) -> None: ...
+
+
+ENVIRONMENTS = Registry("environment")
+"""Environment classes by name: `cls(settings) -> Environment`, one instance per episode."""
+ENVIRONMENTS.declare("calculator", "rlstream.environments.calculator:Calculator")
+
+
+def environment_class(name: str):
+    """The environment class `name` names: a registered name, or `package.module:Class` or
+    `path/to/file.py:Class` (a user's own, imported on first use). ValueError names what is
+    wrong."""
+    if name in ENVIRONMENTS or ":" not in name:
+        return ENVIRONMENTS.lookup(name)
+    if name not in _IMPORTED:
+        _IMPORTED[name] = import_spec(name)
+    return _IMPORTED[name]
+
+
+_IMPORTED: dict[str, type] = {}
+
+
+def open_environment(name: str, settings: EnvConfig) -> Environment:
+    return environment_class(name)(settings)
+
+
+class EnvironmentFailed(Exception):
+    """An episode's environment failed; `kind` says how (the dead letter's error kind)."""
+
+    KINDS = ("env_timeout", "env_crashed", "env_protocol", "env_bad_reward", "env_closed")
+
+    def __init__(self, kind: str, reason: str):
+        assert kind in self.KINDS, kind
+        super().__init__(f"{kind}: {reason}")
+        self.kind, self.reason = kind, reason
+
+
+def checked_step(result) -> Step:
+    """The step an environment returned, or EnvironmentFailed saying what is wrong with it."""
+    if not isinstance(result, Step):
+        raise EnvironmentFailed(
+            "env_protocol", f"step returned {type(result).__name__}, not a Step"
+        )
+    if not isinstance(result.observation, str):
+        raise EnvironmentFailed("env_protocol", "the observation is not text")
+    try:
+        reward = float(result.reward)
+    except (TypeError, ValueError):
+        raise EnvironmentFailed(
+            "env_bad_reward", f"reward {result.reward!r} is not a number"
+        ) from None
+    if not math.isfinite(reward):
+        raise EnvironmentFailed("env_bad_reward", f"reward {reward} is not finite")
+    result.reward = reward
+    return result

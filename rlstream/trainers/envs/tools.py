@@ -1,0 +1,58 @@
+"""Task families whose episodes run in an environment (`rlstream.environments`).
+
+`calc`: multi-digit multiplication, `123*45=`, in the calculator environment. The tiny preset
+cannot multiply three digits by two in its head; with the tool it only has to call it and copy
+the result. Its pre-training documents are whole episodes: a worked one calls the tool and
+copies the result (`?123*45`, `5535`, `5535`); a flawed one answers at once with a systematic
+mistake (the second operand's units digit dropped), the habit RL has to unlearn.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from rlstream.trainers.envs.base import Prompt, make_prompt, register_task
+
+DIGITS = {1: (2, 1), 2: (2, 2), 3: (3, 2)}  # difficulty -> digits of the two operands
+
+
+def _operands(prompt: Prompt) -> tuple[int, int]:
+    a, _, b = prompt.text.rstrip("=").partition("*")
+    return int(a), int(b)
+
+
+@dataclass
+class CalculatorMultiplication:
+    name: str = "calc"
+    environment: str = "calculator"
+    difficulties: tuple[int, ...] = (1, 2, 3)
+
+    def generate(self, rng: random.Random, difficulty: int) -> Prompt:
+        da, db = DIGITS[difficulty]
+        a = rng.randrange(10 ** (da - 1), 10**da)
+        b = rng.randrange(10 ** (db - 1), 10**db)
+        prompt = make_prompt(self.name, f"{a}*{b}=", str(a * b), difficulty)
+        return Prompt(**(prompt.to_row() | {"environment": self.environment}))
+
+    def verify(self, completion: str, prompt: Prompt) -> bool:
+        """The final answer line (the environment checks the policy's last turn with it)."""
+        return completion.strip() == prompt.answer
+
+    def flawed_answer(self, prompt: Prompt) -> str | None:
+        """The product with the second operand's units digit dropped (None where that changes
+        nothing, or leaves nothing: a one-digit second operand)."""
+        a, b = _operands(prompt)
+        return None if b < 10 or b % 10 == 0 else str(a * (b - b % 10))
+
+    def transcript(self, prompt: Prompt, flawed: bool) -> str:
+        """A whole episode after the prompt, for pre-training: the tool called and its result
+        copied, or (flawed) a direct answer with the family's mistake."""
+        flawed_answer = self.flawed_answer(prompt) if flawed else None
+        if flawed_answer is not None:
+            return flawed_answer
+        a, b = _operands(prompt)
+        return f"?{a}*{b}\n{a * b}\n{prompt.answer}"
+
+
+register_task(CalculatorMultiplication())

@@ -1,0 +1,213 @@
+"""The episode engine, token in and token out: what the policy sampled and what the environment
+answered stay apart (loss mask, logprobs), every way an environment fails ends its episode with
+a reason and leaves the others alone, and environment steps run concurrently.
+
+Most tests drive the engine with a scripted policy (a fake model inside a unit test: the next
+token is read off a transcript), so the episode's text is known; the last one samples from a
+real model with a BPE tokenizer and recomputes the logprobs on the stored tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import pytest
+import torch
+
+from rlstream.config import EnvConfig
+from rlstream.environments import ENVIRONMENTS, Step
+from rlstream.environments.episodes import run_episodes
+from rlstream.trainers.envs import Prompt
+from rlstream.trainers.envs.base import make_prompt
+from rlstream.trainers.lm import Tokenizer, token_logprobs
+from rlstream.trainers.rl import Experience, collate
+
+
+class Scripted(torch.nn.Module):
+    """Greedy on a transcript: each row's next token is the transcript's next character, the
+    row found by the text its first forward pass sees (later passes feed one token, with the
+    position telling how far along it is)."""
+
+    def __init__(self, tok: Tokenizer, transcripts: list[str], block_size: int = 64):
+        super().__init__()
+        self.tok, self.transcripts, self.block_size = tok, transcripts, block_size
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.rows: list[str] = []
+
+    def forward(self, idx, attention_mask=None, position_ids=None, cache=None, values=False):
+        if idx.shape[1] > 1:  # a new batch: its full contexts
+            rows = zip(idx.tolist(), attention_mask.tolist(), strict=True)
+            texts = [self.tok.decode([t for t, v in zip(r, m, strict=True) if v]) for r, m in rows]
+            self.rows = [next(t for t in self.transcripts if t.startswith(x)) for x in texts]
+        logits = torch.full((idx.shape[0], idx.shape[1], self.tok.vocab_size), -30.0)
+        for b, script in enumerate(self.rows):
+            at = int(position_ids[b, -1]) + 1
+            nxt = script[at] if at < len(script) else "\n"
+            logits[b, -1, self.tok.encode(nxt)[0]] = 30.0
+        return logits
+
+
+def calc(text: str, answer: str, environment: str = "calculator") -> Prompt:
+    p = make_prompt("calc", text, answer, 2)
+    return Prompt(**(p.to_row() | {"environment": environment}))
+
+
+def play(prompts, transcripts, n=1, block_size=64, **settings):
+    tok = Tokenizer.char()
+    model = Scripted(tok, transcripts, block_size)
+    return run_episodes(model, tok, prompts, n, 8, 0.0, EnvConfig(**settings))
+
+
+def test_a_tool_episode_keeps_the_policys_and_the_environments_tokens_apart():
+    (e,) = play([calc("123*45=", "5535")], ["123*45=?123*45\n5535\n5535\n"])
+    assert e.text == "?123*45\n5535\n5535\n" and e.env_spans == [8, 13]  # the tool's line
+    assert e.loss_mask == [1] * 8 + [0] * 5 + [1] * 5  # "?123*45\n", the tool's line, the answer
+    assert all(lp == 0.0 for lp, m in zip(e.logprobs, e.loss_mask, strict=True) if not m)
+    assert all(lp > -1e-3 for lp, m in zip(e.logprobs, e.loss_mask, strict=True) if m)
+    assert (e.turns, e.tool_calls, e.turn_rewards, e.reward) == (2, 1, [0.0, 1.0], 1.0)
+    assert e.stop_reason == "done" and e.error is None
+    assert e.context == e.context[: e.n_prompt] + e.tokens  # token in, token out
+
+
+def test_without_the_tool_the_same_episode_is_told_no_and_a_direct_answer_is_scored():
+    prompts = [calc("123*45=", "5535"), calc("12*4=", "48")]
+    no_tool, direct = play(prompts, ["123*45=?123*45\nno tool\n4920\n", "12*4=48\n"],
+                           options='{"tool": false}')  # fmt: skip
+    assert no_tool.text == "?123*45\nno tool\n4920\n" and no_tool.reward == 0.0
+    assert direct.text == "48\n" and direct.reward == 1.0 and direct.turns == 1
+
+
+def test_the_turn_limit_and_the_context_end_an_episode():
+    (calls,) = play([calc("12*4=", "48")], ["12*4=" + "?12*4\n48\n" * 5], max_turns=2)
+    assert calls.stop_reason == "turns" and calls.turns == 2 and calls.reward == 0.0
+    (long,) = play([calc("12*4=", "48")], ["12*4=" + "?12*4\n48\n" * 5], block_size=24)
+    assert long.stop_reason == "context" and len(long.context) <= 24
+
+
+def test_a_prompt_without_an_environment_is_one_turn_in_the_same_batch():
+    plain = make_prompt("add", "012+034=", "0460", 2)
+    (e, tool) = play([plain, calc("12*4=", "48")], ["012+034=0460\n", "12*4=?12*4\n48\n48\n"])
+    assert e.env is None and e.turns == 1 and e.action == "0460" and e.loss_mask == [1] * 5
+    assert tool.reward == 1.0 and tool.turns == 2
+
+
+class Broken:
+    """One way to fail per prompt text: slow, raise, NaN, not a Step, a closed socket."""
+
+    def __init__(self, settings):
+        self.how = ""
+
+    async def reset(self, prompt):
+        self.how = prompt.answer
+        return ""
+
+    async def step(self, action):
+        if self.how == "slow":
+            await asyncio.sleep(5)
+        if self.how == "raise":
+            raise RuntimeError("the simulator fell over")
+        if self.how == "closed":
+            raise ConnectionResetError("socket closed mid-episode")
+        if self.how == "nan":
+            return Step("", math.nan, True)
+        if self.how == "dict":
+            return {"observation": "?", "reward": 1}
+        return Step("", 1.0, True)
+
+    async def close(self):
+        pass
+
+
+@pytest.fixture
+def broken():
+    ENVIRONMENTS.register("broken-test")(Broken)
+    yield "broken-test"
+    del ENVIRONMENTS["broken-test"]
+
+
+def test_each_way_an_environment_fails_ends_only_its_own_episode(broken):
+    hows = ["slow", "raise", "closed", "nan", "dict", "fine"]
+    prompts = [calc(f"{i}*2=", how, broken) for i, how in enumerate(hows)]
+    started = time.monotonic()
+    episodes = play(prompts, [f"{i}*2=1\n" for i in range(len(hows))], step_timeout_s=0.5)
+    assert time.monotonic() - started < 3  # the slow step timed out after 0.5 s, not 5
+    kinds = {e.prompt.answer: e.error.kind if e.error else None for e in episodes}
+    assert kinds == {"slow": "env_timeout", "raise": "env_crashed", "closed": "env_crashed",
+                     "nan": "env_bad_reward", "dict": "env_protocol", "fine": None}  # fmt: skip
+    assert all(e.stop_reason == "error" for e in episodes if e.error)
+    assert "socket closed" in str(episodes[2].error)
+
+
+class Slow:
+    def __init__(self, settings):
+        pass
+
+    async def reset(self, prompt):
+        return ""
+
+    async def step(self, action):
+        await asyncio.sleep(0.3)
+        return Step("", 1.0, True)
+
+    async def close(self):
+        pass
+
+
+def test_environment_steps_of_a_batch_run_concurrently():
+    ENVIRONMENTS.register("slow-test")(Slow)
+    try:
+        started = time.monotonic()
+        episodes = play([calc(f"{i}*3=", "x", "slow-test") for i in range(8)],
+                        [f"{i}*3=1\n" for i in range(8)])  # fmt: skip
+        elapsed = time.monotonic() - started
+    finally:
+        del ENVIRONMENTS["slow-test"]
+    assert all(e.reward == 1.0 for e in episodes)
+    assert all(e.env_s >= 0.3 for e in episodes)
+    assert elapsed < 8 * 0.3 / 2  # eight 0.3 s steps took about one step's time
+
+
+class Chat:
+    """Three turns of small talk, each answered `ok`."""
+
+    def __init__(self, settings):
+        self.turns = 0
+
+    async def reset(self, prompt):
+        return ""
+
+    async def step(self, action):
+        self.turns += 1
+        return Step(" ok\n", 0.1, self.turns == 3)
+
+    async def close(self):
+        pass
+
+
+def test_a_bpe_models_sampled_logprobs_match_the_trainers_recomputation_after_three_turns():
+    from rlstream.config import ModelConfig
+    from rlstream.trainers.lm import build_model
+
+    tok = Tokenizer.bpe(["hello there, how are you? ok fine thanks\n"] * 50, vocab_size=300)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(block_size=96), tok)
+    ENVIRONMENTS.register("chat-test")(Chat)
+    try:
+        prompt = Prompt(**(make_prompt("add", "hello there", "", 1).to_row()
+                           | {"environment": "chat-test"}))  # fmt: skip
+        episodes = run_episodes(model, tok, [prompt], 2, 6, 1.0, EnvConfig(max_turns=3),
+                                torch.Generator().manual_seed(0))  # fmt: skip
+    finally:
+        del ENVIRONMENTS["chat-test"]
+    for e in episodes:
+        assert e.turns == 3 and e.stop_reason == "done" and e.reward == pytest.approx(0.3)
+        assert 0 in e.loss_mask and e.loss_mask[0] == 1
+        exp = Experience([e.context[: e.n_prompt]], [e.tokens], [e.logprobs], [e.reward], [0],
+                         [0], [e.loss_mask])  # fmt: skip
+        b = collate(exp, tok.pad_id)
+        with torch.no_grad():
+            logp = token_logprobs(model(b["tokens"][:, :-1]), b["tokens"][:, 1:])
+        mask = b["mask"].bool()
+        assert int(mask.sum()) == sum(e.loss_mask)  # environment tokens are not trained
+        torch.testing.assert_close(logp[mask], b["old_logp"][mask], atol=1e-4, rtol=1e-4)

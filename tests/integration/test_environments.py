@@ -1,0 +1,181 @@
+"""Multi-turn episodes through `rlstream run`: the calculator environment on the `calc` task.
+
+The run pre-trains on whole episodes (the tool called, its result copied), then the rollout
+workers play episodes against the environment; the archive must hold, for every episode, loss
+mask 1 on every token the policy sampled and 0 on every token the calculator answered, and the
+reward the environment gave."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.objectstore import ObjectStore
+from rlstream.environments.calculator import calculate
+from tests.integration.conftest import cli
+
+pytestmark = pytest.mark.integration
+RUN = "calc-it"
+
+
+@pytest.fixture(scope="module")
+def calc_run(stack_home, tmp_path_factory):
+    out = tmp_path_factory.mktemp("calc")
+    summary = out / "summary.json"
+    result = cli(
+        "run", "--run-id", RUN, "--rl-steps", "4", "--out", str(out), "--summary", str(summary),
+        "--set", "data.tasks=calc", "--set", "data.flaw_rate=0.1", "--set", "pretrain.lr=3e-3",
+        "--set", "pretrain.max_steps=300", "--set", "pretrain.batch=32",
+        "--set", "pretrain.warmup_steps=20", "--set", "corpus_docs=3000",
+        "--set", "pool_size=300", "--set", "eval.prompts=16", "--set", "eval.interval=2",
+        "--set", "prompts_per_step=4", "--set", "group_size=4",
+        "--set", "target_in_flight=16", "--set", "env.max_turns=3",
+        timeout=900,
+    )  # fmt: skip
+    return json.loads(summary.read_text()), result
+
+
+def test_the_archive_trains_the_policys_tokens_and_never_the_environments(calc_run):
+    figures, _ = calc_run
+    assert figures["completed"]
+    archive = ObjectStore(Endpoints.from_env()).read_parquet_prefix(f"{RUN}/experience/")
+    rows = archive.to_pylist()
+    assert rows and all(r["environment"] == "calculator" for r in rows)
+    called = [r for r in rows if 0 in r["loss_mask"]]
+    assert len(called) >= len(rows) // 4, "the pre-trained policy should call the tool"
+    for r in rows:
+        text, mask, spans = r_text(r), r["loss_mask"], r["env_spans"] or []
+        assert len(mask) == len(r["completion_tokens"]) == len(r["logprobs"]) == len(text)
+        env = {i for start, end in zip(spans[::2], spans[1::2], strict=True)
+               for i in range(start, end)}  # fmt: skip
+        # the char tokenizer: token i is character i of the transcript
+        assert [0 if i in env else 1 for i in range(len(text))] == mask
+        assert all(r["logprobs"][i] == 0.0 for i in env)
+        for start, end in zip(spans[::2], spans[1::2], strict=True):
+            call = text[:start].rstrip("\n").rsplit("\n", 1)[-1]
+            assert call.startswith("?") and text[start:end] == calculate(call[1:]) + "\n"
+        last = text.rstrip("\n").rsplit("\n", 1)[-1]
+        right = r["stop_reason"] == "done" and not last.startswith("?") and last == _answer(r)
+        assert r["reward"] == float(right) and r["correct"] == right, (text, r["reward"])
+
+
+def r_text(row: dict) -> str:
+    from rlstream.trainers.lm import Tokenizer
+
+    return Tokenizer.char().decode(row["completion_tokens"])
+
+
+def _answer(row: dict) -> str:
+    a, b = re.fullmatch(r"(\d+)\*(\d+)=", r_text_prompt(row)).groups()
+    return str(int(a) * int(b))
+
+
+def r_text_prompt(row: dict) -> str:
+    from rlstream.trainers.lm import Tokenizer
+
+    return Tokenizer.char().decode(row["prompt_tokens"])
+
+
+def test_tail_shows_an_episodes_turns_with_the_environments_text_apart(calc_run):
+    result = cli("tail", "rollouts", "--where", f"run_id = '{RUN}' AND tool_calls > 0",
+                 "--limit", "3")  # fmt: skip
+    assert "⏎" in result.stdout and "?" in result.stdout
+    shown = cli("tail", "rollouts", "--json", "--where", f"run_id = '{RUN}'", "--limit", "1")
+    row = json.loads(shown.stdout.splitlines()[0])
+    assert row["environment"] == "calculator" and row["turns"] >= 1 and "loss_mask" in row
+
+
+FLAKY = '''
+import asyncio
+import json
+import math
+
+from rlstream.environments import Step
+
+
+class Flaky:
+    """A user's environment (imported by path) that fails as its prompt's `fail` column says."""
+
+    def __init__(self, settings):
+        self.fail = ""
+
+    async def reset(self, prompt):
+        self.fail = json.loads(prompt.metadata or "{}").get("fail", "")
+        return ""
+
+    async def step(self, action):
+        if self.fail == "slow":
+            await asyncio.sleep(30)
+        if self.fail == "raise":
+            raise RuntimeError("the simulator fell over")
+        if self.fail == "closed":
+            raise ConnectionResetError("socket closed mid-episode")
+        if self.fail == "nan":
+            return Step("", math.nan, True)
+        if self.fail == "garbage":
+            return {"reward": "lots"}
+        return Step("", float(len(action) % 2), True)
+
+    async def close(self):
+        pass
+'''
+FAILS = {"slow": "env_timeout", "raise": "env_crashed", "closed": "env_crashed",
+         "nan": "env_bad_reward", "garbage": "env_protocol"}  # fmt: skip
+FLAKY_RUN = "flaky-it"
+
+
+@pytest.fixture(scope="module")
+def flaky_run(stack_home, tmp_path_factory):
+    out = tmp_path_factory.mktemp("flaky")
+    (out / "flaky.py").write_text(FLAKY)
+    env = f"{out}/flaky.py:Flaky"
+    rows = [{"prompt_id": f"{fail or 'fine'}-{i}", "text": f"say {i}:", "task": "exact",
+             "answer": "x", "environment": env, "fail": fail, "split": "train"}
+            for fail in ("", "", *FAILS) for i in range(4)]  # fmt: skip
+    rows += [{"prompt_id": f"held-{i}", "text": f"held {i}:", "task": "exact", "answer": "x",
+              "environment": env, "split": "heldout"} for i in range(4)]  # fmt: skip
+    prompts = out / "flaky.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = out / "summary.json"
+    result = cli(
+        "run", "--prompts", str(prompts), "--run-id", FLAKY_RUN, "--rl-steps", "4",
+        "--sampler", "uniform", "--out", str(out), "--summary", str(summary),
+        "--set", "env.step_timeout_s=1", "--set", "pretrain.max_steps=20",
+        "--set", "pretrain.batch=32", "--set", "eval.prompts=4", "--set", "eval.interval=2",
+        "--set", "prompts_per_step=4", "--set", "group_size=4", "--set", "target_in_flight=16",
+        timeout=900,
+    )  # fmt: skip
+    return json.loads(summary.read_text()), result
+
+
+def test_a_failing_environment_is_dead_lettered_and_never_trained_and_the_run_completes(
+    flaky_run,
+):
+    from rlstream.ops.launcher.figures import _run_rows
+    from rlstream.streams.experience_checks import ledger_prefix
+
+    figures, _ = flaky_run
+    assert figures["completed"] and figures["env_failed_groups"] > 0
+    endpoints = Endpoints.from_env()
+    prompt_of = {
+        r["request_id"]: r["prompt_id"]
+        for r in asyncio.run(_run_rows(endpoints, "rollout_requests", FLAKY_RUN))
+    }
+    letters = asyncio.run(_run_rows(endpoints, "dead_letters", FLAKY_RUN))
+    by_prompt: dict[str, set[str]] = {}
+    for letter in letters:
+        if letter["source_topic"] == "rl.rollouts.v1" and letter["error_kind"].startswith("env_"):
+            prompt_id = prompt_of[letter["reason"].split()[1]]  # "request <id> sample <k> ..."
+            by_prompt.setdefault(prompt_id, set()).add(letter["error_kind"])
+    assert by_prompt, "no episode was dead-lettered"
+    for prompt_id, kinds in by_prompt.items():
+        assert kinds == {FAILS[prompt_id.split("-")[0]]}, (prompt_id, kinds)  # never a fine one
+    ledger = ObjectStore(endpoints).read_parquet_prefix(ledger_prefix(FLAKY_RUN)).to_pylist()
+    failed = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "env_failed"}
+    trained = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "trained"}
+    assert failed and all(p.split("-")[0] in FAILS for p in failed)
+    assert trained and all(p.startswith("fine") for p in trained)
