@@ -6,13 +6,35 @@ from __future__ import annotations
 
 import sys
 
-from rlstream.cli import bench, datasets, reliability, run, selection, serve, stack, topics, train
+from rlstream.cli import (
+    bench,
+    datasets,
+    env,
+    reliability,
+    run,
+    selection,
+    serve,
+    stack,
+    topics,
+    train,
+)
 from rlstream.cli.app import app, bench_app, endpoints, err
 
 train.register(app, bench_app)
 selection.register(bench_app)
 
-__all__ = ["app", "main", "bench", "datasets", "reliability", "run", "serve", "stack", "topics"]
+__all__ = [
+    "app",
+    "main",
+    "bench",
+    "datasets",
+    "env",
+    "reliability",
+    "run",
+    "serve",
+    "stack",
+    "topics",
+]
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

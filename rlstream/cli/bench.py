@@ -1,4 +1,4 @@
-"""`rlstream bench loop | stop | broker`: benchmarks of the running system."""
+"""`rlstream bench loop | stop | broker | envs`: benchmarks of the running system."""
 
 from __future__ import annotations
 
@@ -246,3 +246,41 @@ def _stack_for_bench():
         err.print("no stack running: starting a temporary one")
         with EmbeddedStack(Path(tmp)) as stack:
             yield stack.endpoints
+
+
+@bench_app.command("envs")
+def bench_envs(
+    latencies_ms: str = typer.Option("0,50", help="Added environment latency per step, ms."),
+    concurrency: str = typer.Option("1,16", help="Episodes played at once by one engine."),
+    episodes: int = typer.Option(64, min=1, help="Episodes per repeat and arm."),
+    repeats: int = typer.Option(3, min=1),
+    turns: int = typer.Option(3, min=1, help="Policy turns per episode."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Episodes per second and the share of wall time spent waiting on environments, with
+    added environment latency, one episode at a time against several at once (the engine the
+    rollout workers run; median and min-max over the repeats)."""
+    from rlstream.ops.bench.envs import envs_bench
+
+    lat = [float(x) for x in latencies_ms.split(",")]
+    conc = [int(x) for x in concurrency.split(",")]
+    err.print(f"envs bench: {len(lat) * len(conc)} arms x {repeats} repeats x {episodes} "
+              f"episodes of {turns} turns ...")  # fmt: skip
+    arms = envs_bench(lat, conc, episodes, repeats, turns)
+    base = {a.latency_ms: a.episodes_per_s.median for a in arms if a.concurrent == conc[0]}
+    table = Table("env latency ms", "concurrent episodes", "episodes/s (median)", "min-max",
+                  f"vs {conc[0]} at once", "waiting on the environment",
+                  title="the episode engine (default preset, CPU)")  # fmt: skip
+    figures: dict = {"episodes": episodes, "repeats": repeats, "turns": turns, "arms": []}
+    for a in arms:
+        eps = a.episodes_per_s
+        table.add_row(f"{a.latency_ms:g}", str(a.concurrent), f"{eps.median:.1f}",
+                      f"{min(eps.values):.1f}-{max(eps.values):.1f}",
+                      f"{eps.median / base[a.latency_ms]:.2f}x",
+                      f"{a.wait_share.median:.0%}")  # fmt: skip
+        figures["arms"].append({"latency_ms": a.latency_ms, "concurrent": a.concurrent,
+                                "episodes_per_s": round(eps.median, 2),
+                                "episodes_per_s_values": [round(v, 2) for v in eps.values],
+                                "wait_share": round(a.wait_share.median, 4)})  # fmt: skip
+    console.print(table)
+    write_summary(summary, figures)

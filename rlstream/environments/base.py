@@ -16,6 +16,7 @@ the episode with an `EnvironmentFailed` of one kind, and nothing of that episode
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -54,9 +55,16 @@ ENVIRONMENTS.declare("calculator", "rlstream.environments.calculator:Calculator"
 
 
 def environment_class(name: str):
-    """The environment class `name` names: a registered name, or `package.module:Class` or
-    `path/to/file.py:Class` (a user's own, imported on first use). ValueError names what is
-    wrong."""
+    """The environment class `name` names: a registered name, `package.module:Class` or
+    `path/to/file.py:Class` (a user's own, imported on first use), or an OpenEnv server's
+    address (`http://host:port`). ValueError names what is wrong."""
+    if name.startswith(("http://", "https://", "ws://", "wss://")):
+        from rlstream.environments.openenv import remote
+
+        if importlib.util.find_spec("openenv") is None:  # (importing it takes seconds)
+            raise ValueError(f"environment {name!r}: an OpenEnv server needs openenv-core "
+                             "(pip install 'rlstream[openenv]')")  # fmt: skip
+        return remote(name)  # an OpenEnv server
     if name in ENVIRONMENTS or ":" not in name:
         return ENVIRONMENTS.lookup(name)
     if name not in _IMPORTED:

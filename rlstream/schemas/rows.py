@@ -110,11 +110,25 @@ def _to_datetime(value: Any) -> datetime:
     raise TypeError(f"expected a timestamp, got {type(value).__name__}")
 
 
+def _to_int_of(type_: pa.DataType):
+    """An integer that fits `type_` (int8 .. int64), else TypeError naming the range."""
+    bits = type_.bit_width
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+    def to_int(value: Any) -> int:
+        number = _to_int(value)
+        if not low <= number <= high:
+            raise TypeError(f"{number} is outside the {bits}-bit range {low}..{high}")
+        return number
+
+    return to_int
+
+
 def _converter(type_: pa.DataType):
     if pa.types.is_string(type_):
         return _to_str
     if pa.types.is_integer(type_):
-        return _to_int
+        return _to_int_of(type_)
     if pa.types.is_floating(type_):
         return _to_float
     if pa.types.is_boolean(type_):

@@ -55,8 +55,8 @@ def row_problem(row: dict, limits: RowLimits) -> str | None:
         return f"reward {row['reward']} is not finite"
     if "policy_version" in row and (row["policy_version"] is None or row["policy_version"] < 0):
         return f"policy_version {row['policy_version']} is not a version"
-    if "completion_tokens" not in row:
-        return None
+    if "completion_tokens" not in row or (row.get("env_error") and not row["completion_tokens"]):
+        return None  # (an episode whose environment failed before its first turn: no tokens)
     prompt, completion = row["prompt_tokens"], row["completion_tokens"]
     if not prompt:
         return "no prompt tokens"

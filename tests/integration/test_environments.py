@@ -16,7 +16,9 @@ import pytest
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.environments.calculator import calculate
+from rlstream.trainers.lm import Tokenizer
 from tests.integration.conftest import cli
+from tests.integration.test_openenv import expected_mask
 
 pytestmark = pytest.mark.integration
 RUN = "calc-it"
@@ -47,14 +49,12 @@ def test_the_archive_trains_the_policys_tokens_and_never_the_environments(calc_r
     assert rows and all(r["environment"] == "calculator" for r in rows)
     called = [r for r in rows if 0 in r["loss_mask"]]
     assert len(called) >= len(rows) // 4, "the pre-trained policy should call the tool"
+    tok = Tokenizer.char()
     for r in rows:
         text, mask, spans = r_text(r), r["loss_mask"], r["env_spans"] or []
-        assert len(mask) == len(r["completion_tokens"]) == len(r["logprobs"]) == len(text)
-        env = {i for start, end in zip(spans[::2], spans[1::2], strict=True)
-               for i in range(start, end)}  # fmt: skip
-        # the char tokenizer: token i is character i of the transcript
-        assert [0 if i in env else 1 for i in range(len(text))] == mask
-        assert all(r["logprobs"][i] == 0.0 for i in env)
+        assert len(mask) == len(r["completion_tokens"]) == len(r["logprobs"])
+        assert mask == expected_mask(tok, r["completion_tokens"], spans)
+        assert all(lp == 0.0 for lp, m in zip(r["logprobs"], mask, strict=True) if not m)
         for start, end in zip(spans[::2], spans[1::2], strict=True):
             call = text[:start].rstrip("\n").rsplit("\n", 1)[-1]
             assert call.startswith("?") and text[start:end] == calculate(call[1:]) + "\n"

@@ -261,7 +261,7 @@ def test_any_user_file_is_published_or_reported_row_by_row(stack_home, tmp_path,
     from rlstream.connectors.reading import read_rows_where
     from rlstream.ops.commands.publish import publish_file, verifier_check
 
-    dataset = f"prop-{random.getrandbits(40):x}"
+    dataset = f"prop-{os.urandom(5).hex()}"  # (hypothesis seeds `random`: names would repeat)
     path = tmp_path / f"{dataset}.{fmt}"
     if fmt == "jsonl":
         path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
