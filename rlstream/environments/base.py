@@ -52,19 +52,21 @@ class Environment(Protocol):
 ENVIRONMENTS = Registry("environment")
 """Environment classes by name: `cls(settings) -> Environment`, one instance per episode."""
 ENVIRONMENTS.declare("calculator", "rlstream.environments.calculator:Calculator")
+ENVIRONMENTS.declare("user", "rlstream.environments.user:SimulatedUser")
+OPENENV_CLIENT = "rlstream.environments.openenv:remote"
+"""address -> the environment class playing episodes on that OpenEnv server (imported by name,
+as a declared registry entry is: the interface imports none of its implementations)"""
 
 
 def environment_class(name: str):
     """The environment class `name` names: a registered name, `package.module:Class` or
     `path/to/file.py:Class` (a user's own, imported on first use), or an OpenEnv server's
     address (`http://host:port`). ValueError names what is wrong."""
-    if name.startswith(("http://", "https://", "ws://", "wss://")):
-        from rlstream.environments.openenv import remote
-
+    if name.startswith(("http://", "https://", "ws://", "wss://")):  # an OpenEnv server
         if importlib.util.find_spec("openenv") is None:  # (importing it takes seconds)
             raise ValueError(f"environment {name!r}: an OpenEnv server needs openenv-core "
                              "(pip install 'rlstream[openenv]')")  # fmt: skip
-        return remote(name)  # an OpenEnv server
+        return import_spec(OPENENV_CLIENT)(name)
     if name in ENVIRONMENTS or ":" not in name:
         return ENVIRONMENTS.lookup(name)
     if name not in _IMPORTED:

@@ -1,5 +1,10 @@
 """Task families whose episodes run in an environment (`rlstream.environments`).
 
+`guess`: a simulated user holds a secret number and answers each guess with a hint
+(`environments.user`); the policy must ask its way there. Worked documents search by halves
+with the user's exact hints; flawed ones count up from 1 (the user's patience runs out first on
+the larger ranges).
+
 `calc`: multi-digit multiplication, `123*45=`, in the calculator environment. The tiny preset
 cannot multiply three digits by two in its head; with the tool it only has to call it and copy
 the result. Its pre-training documents are whole episodes: a worked one calls the tool and
@@ -55,4 +60,56 @@ class CalculatorMultiplication:
         return f"?{a}*{b}\n{a * b}\n{prompt.answer}"
 
 
+HIGHER, LOWER = "higher", "lower"  # the simulated user's hints (environments.user)
+RANGES = {1: 9, 2: 30, 3: 99}  # difficulty -> the secret is in 1..N
+
+
+def hint(secret: int, guess: int, distance: bool = False) -> str:
+    """What a truthful user says to a wrong guess."""
+    word = HIGHER if secret > guess else LOWER
+    return f"{word} by {abs(secret - guess)}" if distance else word
+
+
+@dataclass
+class GuessTheNumber:
+    name: str = "guess"
+    environment: str = "user"
+    difficulties: tuple[int, ...] = (1, 2, 3)
+
+    def generate(self, rng: random.Random, difficulty: int) -> Prompt:
+        top = RANGES[difficulty]
+        secret = rng.randint(1, top)
+        # a tag tells apart prompts of one range (each holds its own secret); the tiny preset's
+        # 32-token context fits difficulty 1's dialogues (raise model.block_size for 2-3)
+        prompt = make_prompt(self.name, f"#{rng.randrange(1000):03d} 1-{top}?", str(secret),
+                             difficulty)  # fmt: skip
+        return Prompt(**(prompt.to_row() | {"environment": self.environment}))
+
+    def verify(self, completion: str, prompt: Prompt) -> bool:
+        """A guess line that names the secret."""
+        return completion.strip() == prompt.answer
+
+    def flawed_answer(self, prompt: Prompt) -> str | None:
+        return "1" if prompt.answer != "1" else None
+
+    def transcript(self, prompt: Prompt, flawed: bool) -> str:
+        """A whole dialogue: guesses by halves with the user's hints (flawed: counting up from
+        1), ending with the right guess."""
+        secret, top = int(prompt.answer), RANGES[prompt.difficulty or 1]
+        low, high, lines, guess = 1, top, [], 1
+        while True:
+            if not flawed:
+                guess = (low + high) // 2
+            if guess == secret:
+                return "\n".join([*lines, str(guess)])
+            lines += [str(guess), hint(secret, guess)]
+            if flawed:
+                guess += 1
+            elif secret > guess:
+                low = guess + 1
+            else:
+                high = guess - 1
+
+
 register_task(CalculatorMultiplication())
+register_task(GuessTheNumber())
