@@ -51,7 +51,15 @@ def _rollout_groups(run_id: str, n_groups: int) -> list[list[dict]]:
 
 
 @pytest.fixture
-def processors(stack_home):
+def run_id() -> str:
+    return f"streams-{time.time_ns()}"
+
+
+@pytest.fixture
+def processors(stack_home, run_id):
+    """The processors for this test's run only: the topics hold every earlier run of the
+    session, which a group reading from the start would score and archive again first (it ran
+    past the 90 s wait once the suite's runs had grown)."""
     app_id = f"rlstream-test-{time.time_ns()}"
     worker = subprocess.Popen(
         [
@@ -62,6 +70,8 @@ def processors(stack_home):
             "assemble_experience",
             "--app-id",
             app_id,
+            "--run-id",
+            run_id,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -98,8 +108,9 @@ def _wait_for(endpoints, event_name, run_id, count, worker, timeout_s=90.0) -> l
         time.sleep(1.0)
 
 
-def test_rollouts_become_rewards_and_archived_experience_exactly_once(endpoints, processors):
-    run_id = f"streams-{time.time_ns()}"
+def test_rollouts_become_rewards_and_archived_experience_exactly_once(
+    endpoints, processors, run_id
+):
     groups = _rollout_groups(run_id, 12)
     rollouts = get("rollouts")
 
@@ -151,7 +162,7 @@ def test_rollouts_become_rewards_and_archived_experience_exactly_once(endpoints,
     archived = store.read_parquet_prefix(f"{run_id}/experience/").column("event_id").to_pylist()
     assert sorted(archived) == sorted(unique_ids)
 
-    letters = asyncio.run(_rows(endpoints, "dead_letters", "default"))
+    letters = asyncio.run(_rows(endpoints, "dead_letters", run_id))
     assert any(
         r["raw_value"] == b"garbage" and r["source_topic"] == rollouts.topic for r in letters
     )
