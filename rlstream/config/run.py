@@ -116,6 +116,39 @@ class EnvConfig:
 
 
 @dataclass
+class SandboxConfig:
+    """Where code runs: the `code` verifier's tests and the `python` environment's tool calls
+    (`rlstream.sandbox`). Every execution gets these limits."""
+
+    workers: int = 2
+    """sandbox servers per process: executions at once"""
+    wall_s: float = 2.0
+    """wall-clock limit of one execution"""
+    cpu_s: float = 1.0
+    """CPU-time limit of one execution"""
+    memory_mb: int = 512
+    """address-space limit of one execution"""
+    output_kb: int = 64
+    """the most one execution may write (stdout, stderr, any file)"""
+    processes: int = 16
+    """processes one execution may have at once (namespaces isolation)"""
+    isolation: str = "auto"
+    """namespaces (root: own PID, network and mount namespaces, an unprivileged uid), rlimits
+    (limits, scrubbed environment and own directory only), or auto (namespaces where possible)"""
+
+    def __post_init__(self):
+        at_least("sandbox", "workers", self.workers, 1)
+        at_least("sandbox", "wall_s", self.wall_s, 0.01)
+        at_least("sandbox", "cpu_s", self.cpu_s, 0.01)
+        at_least("sandbox", "memory_mb", self.memory_mb, 64)
+        at_least("sandbox", "output_kb", self.output_kb, 1)
+        at_least("sandbox", "processes", self.processes, 1)
+        if self.isolation not in ("auto", "namespaces", "rlimits"):
+            raise ConfigError(f"sandbox.isolation: {self.isolation!r} is not one of auto, "
+                              "namespaces, rlimits")  # fmt: skip
+
+
+@dataclass
 class TrackingConfig:
     """Experiment tracking (optional)."""
 
@@ -143,6 +176,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def ppm_feature_spec(self) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import faust
 import torch
 
-from rlstream import metrics
+from rlstream import metrics, sandbox
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.schemas import DecodeError, get, rows_to_batch
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker-id", default=f"w{os.getpid()}")
     args = parser.parse_args(argv)
     cfg = Config.read(args.config)
+    sandbox.configure(cfg.sandbox)  # the python environment's tool calls run there
     torch.set_num_threads(cfg.threads(streaming=True))
     app = build(cfg, Endpoints.from_env(), args.worker_id)
     metrics.serve_from_env()

@@ -40,6 +40,7 @@ import pyarrow as pa
 import torch
 
 from rlstream import metrics as prom
+from rlstream import sandbox
 from rlstream.config import Config
 from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
@@ -495,7 +496,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s trainer %(message)s")
     prom.serve_from_env()
-    summary = asyncio.run(serve(Config.read(args.config), Endpoints.from_env()))
+    cfg = Config.read(args.config)
+    sandbox.configure(cfg.sandbox)  # held-out code prompts are graded in the sandbox
+    summary = asyncio.run(serve(cfg, Endpoints.from_env()))
     print(json.dumps(summary), flush=True)
 
 

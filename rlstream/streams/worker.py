@@ -15,7 +15,7 @@ from pathlib import Path
 
 import faust
 
-from rlstream import metrics
+from rlstream import metrics, sandbox
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.streams.app import Glue, make_app
@@ -33,6 +33,7 @@ def run_limits(path: Path | None) -> RowLimits:
     from rlstream.trainers.tokens import vocab_size
 
     cfg = Config.read(path)
+    sandbox.configure(cfg.sandbox)  # the code verifier's executions get the run's limits
     size = vocab_size(cfg.model)
     if size is None:  # no tokenizer.json to read: the tokenizer itself says (torch comes along)
         from rlstream.trainers.lm import load_tokenizer

@@ -80,6 +80,8 @@ def verifier_problem(row: dict) -> str | None:
         return f"{what} {name!r} names no verifier (known: {known}, rg:<dataset>)"
     check = getattr(family, "answer_problem", None)
     problem = check(row.get("answer") or "") if check else None
+    if problem is None and hasattr(family, "row_problem"):  # code: its tests must parse
+        problem = family.row_problem(row)
     return f"{what} {name!r}: {problem}" if problem else None
 
 

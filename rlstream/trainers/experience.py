@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from rlstream.schemas import DecodeError, make_event_id
 from rlstream.trainers.datasets import prompt_of_row
-from rlstream.trainers.envs import Prompt, verify
-from rlstream.trainers.rewards import RewardFn, call_reward, verifier_reward
+from rlstream.trainers.envs import Grade, Prompt, grade_all
+from rlstream.trainers.rewards import RewardFn, call_reward
 
 MAX_GROUP_SIZE = 1024
 """The most completions one request may ask for (a worker samples a group in one batch)."""
@@ -122,17 +122,20 @@ def score_rollouts(
     # single-turn completions (the one-step case)
     plain = [i for i, r in enumerate(rollouts) if not r.get("environment")]
     rewards = [float(r.get("episode_reward") or 0.0) for r in rollouts]
+    grades: dict[int, Grade] = {}
     if plain:
-        scored = call_reward(reward_fn or verifier_reward, [completions[i] for i in plain],
-                             [prompts[i] for i in plain])  # fmt: skip
-        for i, reward in zip(plain, scored, strict=True):
-            rewards[i] = reward
+        texts, asked = [completions[i] for i in plain], [prompts[i] for i in plain]
+        grades = dict(zip(plain, grade_all(texts, asked), strict=True))
+        scored = call_reward(reward_fn, texts, asked) if reward_fn else None
+        for n, i in enumerate(plain):
+            rewards[i] = scored[n] if scored else grades[i].reward
     out = []
-    for row, prompt, reward in zip(rollouts, prompts, rewards, strict=True):
+    for i, (row, reward) in enumerate(zip(rollouts, rewards, strict=True)):
         if row.get("environment"):
             correct = not row.get("env_error") and reward > 0
         else:
-            correct = bool(verify(row["completion"], prompt))
+            correct = grades[i].correct
+        details = grades[i].details if i in grades else ""
         out.append(
             {
                 "event_id": make_event_id(
@@ -149,6 +152,7 @@ def score_rollouts(
                 "correct": correct,
                 "verifier": f"env:{row['environment']}" if row.get("environment") else verifier,
             }
+            | ({"details": details} if details else {})
         )
     return out
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlstream import sandbox
 from rlstream.config import Config, ConfigError, to_dict
 from rlstream.tracking import track_local, tracking_uri
 from rlstream.trainers.checkpoint import (
@@ -179,6 +180,7 @@ def train_local(
 
 def _train_local(cfg: Config, opts: LocalOptions, store, sampler) -> dict:
     t0 = time.time()
+    sandbox.configure(cfg.sandbox)  # code prompts' tests run with the run's limits
     if store is None and opts.checkpoint_dir:
         store = DirectoryStore(opts.checkpoint_dir)
     if opts.resume and store is None:

@@ -265,10 +265,11 @@ def call_reward(fn: RewardFn, completions: list[str], prompts: list) -> list[flo
 
 
 def verifier_reward(completions: list[str], prompts: list, **kwargs) -> list[float]:
-    """Default reward: 1.0 where the prompt's task family verifies the completion."""
-    from rlstream.trainers.envs import verify
+    """Default reward: each prompt's verifier's (1.0 where it verifies the completion; a code
+    prompt's share of tests passed, or all-or-nothing, as its row says)."""
+    from rlstream.trainers.envs import grade_all
 
-    return [float(verify(c, p)) for c, p in zip(completions, prompts, strict=True)]
+    return [g.reward for g in grade_all(completions, prompts)]
 
 
 def make_reward_fn(rules: str | Path | None, fn: str | None = None) -> RewardFn:

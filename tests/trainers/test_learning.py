@@ -34,3 +34,31 @@ def test_rl_improves_held_out_greedy_and_pass1(tmp_path):
     assert 0.20 <= pre <= 0.60
     assert final - pre >= 0.25
     assert final1 - pre1 >= 0.15
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)  # ~2 min alone
+def test_rl_fixes_the_code_familys_bugs_through_the_sandbox(tmp_path):
+    """The built-in code family (`fn`): every reward is its hidden tests run in the sandbox;
+    pre-training writes `/` for `//` and `^` for `**` in 65% of those documents, RL unlearns it."""
+    cfg = load_config(
+        None,
+        [
+            "data.tasks=fn",
+            "data.flaw_rate=0.65",
+            "model.n_layer=3",
+            "model.n_embd=96",
+            "pretrain.max_steps=400",
+            "pretrain.val_interval=100",
+            "rl.steps=12",  # 60.0% -> 100% greedy by step 10 (40 steps: the same)
+            "eval.interval=12",
+            "eval.prompts=64",
+            "selection.sampler=uniform",
+        ],
+    )
+    s = train_local(cfg, LocalOptions(out_dir=str(tmp_path), progress=False))
+    pre, final = s["pretrain_accuracy"], s["final_accuracy"]
+    gain = final - pre
+    print(f"\nheld-out pass rate {pre:.1%} -> {final:.1%} ({gain:+.1%}), {s['wall_s']:.0f} s")
+    assert pre <= 0.75  # the flawed classes fail their tests before RL
+    assert final - pre >= 0.25

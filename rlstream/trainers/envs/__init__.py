@@ -2,16 +2,19 @@
 
 from rlstream.trainers.envs import (  # noqa: F401  (register families)
     arithmetic,
+    code,
     puzzles,
     tools,
     verifiers,
 )
 from rlstream.trainers.envs.base import (
     TASKS,
+    Grade,
     Prompt,
     TaskFamily,
     TaskMix,
     get_task,
+    grade_all,
     make_prompt_id,
     register_task,
     sample_prompts,
@@ -21,10 +24,12 @@ from rlstream.trainers.envs.base import (
 
 __all__ = [
     "TASKS",
+    "Grade",
     "Prompt",
     "TaskFamily",
     "TaskMix",
     "get_task",
+    "grade_all",
     "make_prompt_id",
     "register_task",
     "sample_prompts",

@@ -178,9 +178,39 @@ def sample_prompts(
     return out
 
 
+@dataclass(frozen=True)
+class Grade:
+    """A verifier's verdict on one completion: its reward, whether it is correct, and what a
+    person reviewing it should read (which test failed, how the execution ended)."""
+
+    reward: float
+    correct: bool
+    details: str = ""
+
+
 def verify(completion: str, prompt: Prompt) -> bool:
     """Whether a completion solves a prompt, by its verifier (`verifier`, else its task's)."""
     return get_task(prompt.verifier or prompt.task).verify(completion, prompt)
+
+
+def grade_all(completions: list[str], prompts: list[Prompt]) -> list[Grade]:
+    """Each completion's Grade by its prompt's verifier: a family with `grade_many` (code,
+    which runs its tests in the sandbox) grades its prompts in one batch, any other scores
+    1.0 where it verifies the completion."""
+    grades: list[Grade | None] = [None] * len(prompts)
+    by_family: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        by_family.setdefault(prompt.verifier or prompt.task, []).append(i)
+    for name, members in by_family.items():
+        family = get_task(name)
+        mine = [completions[i] for i in members], [prompts[i] for i in members]
+        if hasattr(family, "grade_many"):
+            verdicts = family.grade_many(*mine)
+        else:
+            verdicts = [Grade(float(ok), ok) for ok in map(bool, map(family.verify, *mine))]
+        for i, verdict in zip(members, verdicts, strict=True):
+            grades[i] = verdict
+    return grades
 
 
 def check_task_mix(tasks: str, fmt: str) -> None:
