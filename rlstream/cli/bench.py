@@ -1,4 +1,4 @@
-"""`rlstream bench loop | stop | broker | envs`: benchmarks of the running system."""
+"""`rlstream bench loop | stop | broker | envs | sandbox`: benchmarks of the running system."""
 
 from __future__ import annotations
 
@@ -282,5 +282,56 @@ def bench_envs(
                                 "episodes_per_s": round(eps.median, 2),
                                 "episodes_per_s_values": [round(v, 2) for v in eps.values],
                                 "wait_share": round(a.wait_share.median, 4)})  # fmt: skip
+    console.print(table)
+    write_summary(summary, figures)
+
+
+@bench_app.command("sandbox")
+def bench_sandbox(
+    isolation: str = typer.Option(
+        "in-process,subprocess,rlimits,namespaces",
+        help="Arms: in-process, subprocess, rlimits, namespaces.",
+    ),
+    concurrency: str = typer.Option("1,4", help="Executions at once."),
+    executions: int = typer.Option(200, min=1, help="Verifications per repeat and arm."),
+    repeats: int = typer.Option(3, min=1),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Code verification's executions per second and p50 / p99 latency, sandboxed against
+    unsandboxed, one at a time against several at once (the `fn` family's completions and
+    tests; median and min-max over the repeats, latencies over every execution)."""
+    from rlstream.ops.bench.sandbox import sandbox_bench
+    from rlstream.sandbox.pool import isolation_of
+
+    arms_of = [x.strip() for x in isolation.split(",") if x.strip()]
+    unknown = set(arms_of) - {"in-process", "subprocess", "rlimits", "namespaces"}
+    if unknown:
+        raise typer.BadParameter(f"{sorted(unknown)[0]!r}: use in-process, subprocess, "
+                                 "rlimits or namespaces", param_hint="--isolation")  # fmt: skip
+    from rlstream.config import SandboxConfig
+
+    if "namespaces" in arms_of and isolation_of(SandboxConfig()) != "namespaces":
+        err.print("namespaces isolation needs root and unshare: that arm is left out")
+        arms_of.remove("namespaces")
+    conc = [int(x) for x in concurrency.split(",")]
+    err.print(f"sandbox bench: {len(arms_of) * len(conc)} arms x {repeats} repeats x "
+              f"{executions} verifications ...")  # fmt: skip
+    arms = sandbox_bench(arms_of, conc, executions, repeats)
+    base = {a.concurrent: a.per_s.median for a in arms if a.isolation == arms_of[0]}
+    table = Table("isolation", "at once", "verifications/s (median)", "min-max",
+                  f"vs {arms_of[0]}", "p50 ms", "p99 ms",
+                  title="code verification (fn family: 5 tests each, CPU)")  # fmt: skip
+    figures: dict = {"executions": executions, "repeats": repeats, "arms": []}
+    for a in arms:
+        rate = a.per_s
+        table.add_row(a.isolation, str(a.concurrent), f"{rate.median:.0f}",
+                      f"{min(rate.values):.0f}-{max(rate.values):.0f}",
+                      f"{rate.median / base[a.concurrent]:.3f}x",
+                      f"{a.percentile(0.5):.2f}", f"{a.percentile(0.99):.2f}")  # fmt: skip
+        figures["arms"].append({"isolation": a.isolation, "concurrent": a.concurrent,
+                                "per_s": round(rate.median, 1),
+                                "per_s_values": [round(v, 1) for v in rate.values],
+                                "p50_ms": round(a.percentile(0.5), 3),
+                                "p99_ms": round(a.percentile(0.99), 3)})  # fmt: skip
     console.print(table)
     write_summary(summary, figures)

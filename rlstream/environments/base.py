@@ -53,6 +53,7 @@ ENVIRONMENTS = Registry("environment")
 """Environment classes by name: `cls(settings) -> Environment`, one instance per episode."""
 ENVIRONMENTS.declare("calculator", "rlstream.environments.calculator:Calculator")
 ENVIRONMENTS.declare("user", "rlstream.environments.user:SimulatedUser")
+ENVIRONMENTS.declare("python", "rlstream.environments.python:PythonTool")
 OPENENV_CLIENT = "rlstream.environments.openenv:remote"
 """address -> the environment class playing episodes on that OpenEnv server (imported by name,
 as a declared registry entry is: the interface imports none of its implementations)"""

@@ -29,8 +29,9 @@ import traceback
 UID_BASE = 61000
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE = "/tmp/.sandbox-server"  # root only: the child's output files, out of its reach
+# (rlimits: a fresh directory of the host's /tmp, removed when the server ends)
 PYTHON = "/tmp/.sandbox-python"  # the standard library, bound read-only where the uid can read it
-KEEP = (PRIVATE, PYTHON)
+KEEP = (PRIVATE, PYTHON)  # the namespaces' scratch wipe spares these
 MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
 
 
@@ -41,9 +42,23 @@ def main() -> None:
         for where in SCRATCH:
             _mount(b"tmpfs", where, b"tmpfs", 0, b"size=256m,mode=1777")
         _expose_python()
-    os.makedirs(PRIVATE, mode=0o700, exist_ok=True)
+    global PRIVATE
+    if isolated:
+        os.makedirs(PRIVATE, mode=0o700)
+    else:  # the host's /tmp, shared with other servers: a directory of its own
+        import tempfile
+
+        PRIVATE = tempfile.mkdtemp(prefix="rlstream-sandbox-")
     uid = UID_BASE + slot if isolated else None
     _reply({"ready": True, "pid": os.getpid(), "mode": mode})
+    try:
+        serve(uid)
+    finally:
+        if not isolated:
+            shutil.rmtree(PRIVATE, ignore_errors=True)
+
+
+def serve(uid: int | None) -> None:
     for line in sys.stdin:
         try:
             job = json.loads(line)

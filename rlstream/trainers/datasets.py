@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from rlstream.schemas import RowError, make_event_id, prepare_row
 from rlstream.trainers.envs import TASKS, Prompt, TaskMix, get_task, sample_prompts, split_of
+from rlstream.trainers.envs.code import reference_solution
 from rlstream.trainers.envs.cot import in_format
 from rlstream.trainers.tokens import EOS
 
@@ -34,17 +35,23 @@ HELDOUT_SALT = 0  # split_of seed for carving user datasets: independent of the 
 
 def prompt_of_row(row: dict) -> Prompt:
     """The Prompt a prompts (or rollout_requests) row describes; without an environment column
-    its task family's environment, if it has one."""
+    its task family's environment, if it has one; without an answer, a code row's reference
+    solution (MBPP's `code`, HumanEval's `canonical_solution`) is its answer."""
     return Prompt(
         row["prompt_id"],
         row["text"],
         row["task"],
         row.get("difficulty") or 0,
-        row.get("answer") or "",
+        row.get("answer") or _reference(row),
         row.get("verifier") or "",
         row.get("metadata") or "",
         row.get("environment") or getattr(TASKS.get(row["task"]), "environment", ""),
     )
+
+
+def _reference(row: dict) -> str:
+    code = "code" in (row.get("task"), row.get("verifier"))
+    return reference_solution(row.get("metadata")) if code else ""
 
 
 def split_of_row(row: dict, heldout_frac: float) -> str:

@@ -53,10 +53,10 @@ def calc(text: str, answer: str, environment: str = "calculator") -> Prompt:
     return Prompt(**(p.to_row() | {"environment": environment}))
 
 
-def play(prompts, transcripts, n=1, block_size=64, **settings):
+def play(prompts, transcripts, n=1, block_size=64, new_tokens=8, **settings):
     tok = Tokenizer.char()
     model = Scripted(tok, transcripts, block_size)
-    return run_episodes(model, tok, prompts, n, 8, 0.0, EnvConfig(**settings))
+    return run_episodes(model, tok, prompts, n, new_tokens, 0.0, EnvConfig(**settings))
 
 
 def test_a_tool_episode_keeps_the_policys_and_the_environments_tokens_apart():
@@ -211,3 +211,22 @@ def test_a_bpe_models_sampled_logprobs_match_the_trainers_recomputation_after_th
         mask = b["mask"].bool()
         assert int(mask.sum()) == sum(e.loss_mask)  # environment tokens are not trained
         torch.testing.assert_close(logp[mask], b["old_logp"][mask], atol=1e-4, rtol=1e-4)
+
+
+def test_the_python_tool_runs_each_call_in_the_sandbox():
+    """`!code` lines run in the sandbox: their output comes back as the environment's line,
+    an error as its last line, a network call fails there (no network in the sandbox)."""
+    prompts = [calc("6*7=", "42", "python"), calc("1*1=", "1", "python"),
+               calc("2*2=", "4", "python")]  # fmt: skip
+    scripts = [
+        "6*7=!print(6*7)\n42\n42\n",
+        "1*1=!1/0\nZeroDivisionError: division by zero\n1\n",
+        "2*2=!import socket;socket.create_connection(('127.0.0.1',9),1)\n"
+        "OSError: [Errno 101] Network is unreachable\n4\n",
+    ]
+    played = play(prompts, scripts, block_size=160, new_tokens=64)
+    for e, script, prompt in zip(played, scripts, prompts, strict=True):
+        assert e.error is None and e.text == script[len(prompt.text) :], e.text
+        assert (e.tool_calls, e.reward, e.stop_reason) == (1, 1.0, "done")
+        start, end = e.env_spans
+        assert e.loss_mask[start:end] == [0] * (end - start)  # the tool's line is not trained

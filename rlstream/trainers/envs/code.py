@@ -92,6 +92,23 @@ def parse_task(prompt_text: str, metadata: str) -> CodeTask:
     return CodeTask(str(prefix or ""), tuple(tests), tuple(io), scoring)
 
 
+def reference_solution(metadata: str | None) -> str:
+    """A code row's reference solution from its columns: MBPP's `code`, HumanEval's
+    `canonical_solution` ('' when it has neither, or is not a code row's JSON).
+
+    >>> reference_solution('{"code": "def f(): return 1", "test_list": []}')
+    'def f(): return 1'
+    """
+    try:
+        cols = json.loads(metadata or "{}")
+    except ValueError:
+        return ""
+    if not isinstance(cols, dict):
+        return ""
+    found = cols.get("code") or cols.get("canonical_solution") or ""
+    return found if isinstance(found, str) else ""
+
+
 def _strings(cols: dict, *names: str) -> list[str]:
     for name in names:
         value = cols.get(name)
