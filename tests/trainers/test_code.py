@@ -85,3 +85,21 @@ def test_the_fn_family_writes_the_classic_bugs_and_its_tests_catch_them():
     assert all(g.correct for g in grades[: len(prompts)])
     assert not any(g.correct for g in grades[len(prompts) :])
     assert all(p.verifier == "code" and p.text.endswith("=lambda x:") for p in prompts)
+
+
+def test_datasets_export_writes_the_code_family_as_a_users_file(tmp_path):
+    import subprocess
+    import sys
+
+    from rlstream.schemas import get
+    from rlstream.trainers.datasets import file_rows, prompt_of_row
+
+    out = tmp_path / "fn.jsonl"
+    subprocess.run([sys.executable, "-m", "rlstream.cli", "datasets", "export", "fn", "--size",
+                    "40", "--out", str(out)], check=True, capture_output=True)  # fmt: skip
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(written) == 40 and all("tests" in r and r["verifier"] == "code" for r in written)
+    rows, bad = file_rows(str(out), get("prompts"), "fn-export", verifier_problem)
+    assert not bad and len(rows) == 40
+    prompts = [prompt_of_row(r) for r in rows]
+    assert all(g.correct for g in grade_all([p.answer for p in prompts], prompts))

@@ -263,13 +263,14 @@ OPS = {  # name -> (the expression, the classic bug a flawed solution writes, or
     "pow": ("x**{k}", "x^{k}"),  # XOR where power was meant
 }
 CONSTANTS = {1: range(2, 10), 2: range(10, 100)}  # difficulty -> the constant k
+POWERS = {1: (2, 3), 2: (4, 5)}  # pow's k
 
 
 @dataclass
 class SmallFunctions:
     """`fn`: a one-line function named for what it does, `div3=lambda x:` -> `x//3`, checked
     by hidden tests in the sandbox (all must pass). Flawed solutions make the two classic
-    bugs: `/` for floor division and `^` for power (pow's k stays 2-4)."""
+    bugs: `/` for floor division and `^` for power (pow's k is 2-5)."""
 
     name: str = "fn"
     difficulties: tuple[int, ...] = (1, 2)
@@ -277,7 +278,7 @@ class SmallFunctions:
 
     def generate(self, rng: random.Random, difficulty: int) -> Prompt:
         op = rng.choice(sorted(OPS))
-        k = rng.randint(2, 4) if op == "pow" else rng.choice(CONSTANTS[difficulty])
+        k = rng.choice(POWERS[difficulty] if op == "pow" else CONSTANTS[difficulty])
         fname = f"{op}{k}"
         answer = OPS[op][0].format(k=k)
         prompt = make_prompt(self.name, f"{fname}=lambda x:", answer, difficulty)
