@@ -66,6 +66,14 @@ ENV_ERRORS = Counter(
     "Episodes whose environment failed, by kind.",
     ["environment", "kind"],
 )
+SANDBOX_EXECUTIONS = Counter(
+    "rlstream_sandbox_executions_total",
+    "Code executions in the sandbox, by how they ended (ok, failed, timeout, cpu_limit, ...).",
+    ["status"],
+)
+SANDBOX_SECONDS = Counter(
+    "rlstream_sandbox_seconds_total", "Wall seconds spent in sandbox executions, waits included."
+)
 POLICY_VERSION = Gauge(
     "rlstream_policy_version", "Policy version in use (trainer: latest; worker: loaded).", ["role"]
 )

@@ -18,10 +18,12 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlstream import metrics
 from rlstream.config import SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -163,11 +165,15 @@ class Sandbox:
         """Run `code` as a program (stdin given), or with `tests`: as a module, then each test
         statement in its namespace (Execution.tests: one {passed, error} per test run)."""
         job = {"code": code, "stdin": stdin, "tests": tests, "limits": self.limits}
+        started = time.perf_counter()
         server = self._free.get()
         try:
-            return server.call(job, self.cfg.wall_s + REPLY_MARGIN_S)
+            execution = server.call(job, self.cfg.wall_s + REPLY_MARGIN_S)
         finally:
             self._free.put(server)
+        metrics.SANDBOX_EXECUTIONS.labels(execution.status).inc()
+        metrics.SANDBOX_SECONDS.inc(time.perf_counter() - started)
+        return execution
 
     def map(self, jobs: list[dict]) -> list[Execution]:
         """`run(**job)` for each job, up to `workers` at once, in order."""
