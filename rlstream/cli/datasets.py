@@ -15,8 +15,11 @@ from rlstream.cli.app import (
 
 @datasets_app.command("export")
 def datasets_export(
-    source: str = typer.Argument(..., help="rg:NAME, a reasoning-gym dataset (e.g. rg:gcd), "
-                                 "or a built-in family (fn, add, calc, ...)."),
+    source: str = typer.Argument(
+        ...,
+        help="rg:NAME, a reasoning-gym dataset (e.g. rg:gcd), "
+        "or a built-in family (fn, add, calc, ...).",
+    ),
     size: int = typer.Option(1000, min=1, help="Prompts to write."),
     seed: int = typer.Option(0, help="The dataset generator's seed."),
     out: Path = typer.Option(..., help="The JSONL prompt file to write."),
@@ -32,7 +35,8 @@ def datasets_export(
     (`rlstream run --prompts FILE`)."""
     from rlstream.trainers.envs import TASKS
 
-    builtin = getattr(TASKS.get(source), "generates", source in TASKS)
+    builtin = source in TASKS and not source.startswith("rg:")
+    builtin = builtin and getattr(TASKS[source], "generates", True)
     if not builtin and (not source.startswith("rg:") or source == "rg:"):
         known = ", ".join(n for n, f in sorted(TASKS.items()) if getattr(f, "generates", True))
         raise typer.BadParameter(f"{source!r}: give rg:NAME (a reasoning-gym dataset) or a "

@@ -98,9 +98,14 @@ class EnvConfig:
     the model's context"""
     options: str = ""
     """a JSON object every environment of the run is made with, e.g. {"tool": false}"""
+    max_failed_groups: int = 32
+    """the run stops (exit 1, the reason in its report) after this many groups in a row had an
+    episode whose environment failed: a broken environment ends the run instead of feeding it
+    nothing forever (0: never stops)"""
 
     def __post_init__(self):
         at_least("env", "max_turns", self.max_turns, 1)
+        at_least("env", "max_failed_groups", self.max_failed_groups, 0)
         at_least("env", "step_timeout_s", self.step_timeout_s, 0.001)
         at_least("env", "turn_tokens", self.turn_tokens, 0)
         try:

@@ -32,8 +32,9 @@ import contextlib
 import itertools
 import json
 import logging
+import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -48,6 +49,7 @@ from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
 from rlstream.connectors.reading import follow_run
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
+from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 from rlstream.streams.experience_checks import (
     UntrainableRow,
     VersionWindow,
@@ -81,6 +83,10 @@ LEDGER_SCHEMA = pa.schema([
 ])  # fmt: skip
 
 
+class EnvironmentBroken(RuntimeError):
+    """env.max_failed_groups groups in a row had an episode whose environment failed."""
+
+
 class StreamTrainer:
     """The training core (`TrainState`, `pretrain_step`, `rl_update`) fed from topics."""
 
@@ -105,6 +111,7 @@ class StreamTrainer:
         self.ready: list[list[dict]] = []
         self.ledger: list[dict] = []  # outcomes since the last checkpoint
         self.checkpoint_sizes: list[tuple[int, int]] = []  # (rl step, bytes), this process's
+        self.failed_in_a_row: Counter[str] = Counter()  # env error kinds since a good group
 
     def state_dict(self) -> dict:
         """The train state plus the stream's: ids seen and trained (within the trainable
@@ -278,12 +285,29 @@ class StreamTrainer:
             if len(group) == self.cfg.rl.group_size:
                 rows_in_order = [group[i] for i in sorted(group)]
                 del self.pending[row["request_id"]]
-                if any(r.get("env_error") for r in rows_in_order):
+                errors = [r["env_error"] for r in rows_in_order if r.get("env_error")]
+                if errors:
                     self.drop(rows_in_order, "env_failed")  # dead-lettered by the processors
-                elif self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
+                    self.failed_in_a_row[errors[0].partition(":")[0]] += 1
+                    self.check_environment()
+                    continue
+                self.failed_in_a_row.clear()
+                if self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
                     self.drop_zero_variance(rows_in_order)
                 else:
                     self.ready.append(rows_in_order)
+
+    def check_environment(self) -> None:
+        """Raise EnvironmentBroken once env.max_failed_groups groups in a row failed."""
+        limit = self.cfg.env.max_failed_groups
+        failed = sum(self.failed_in_a_row.values())
+        if limit and failed >= limit:
+            kinds = ", ".join(f"{k} {n}" for k, n in self.failed_in_a_row.most_common())
+            raise EnvironmentBroken(
+                f"{failed} groups in a row had an episode whose environment failed ({kinds}); "
+                "the dead letters on rl.dead_letters.v1 say why. Fix the environment, or raise "
+                "env.max_failed_groups (0: never stop)"
+            )
 
     def filtering(self) -> bool:
         """Whether zero-variance groups are dropped now (on, and under the batch's cap)."""
@@ -498,7 +522,11 @@ def main(argv: list[str] | None = None) -> None:
     prom.serve_from_env()
     cfg = Config.read(args.config)
     sandbox.configure(cfg.sandbox)  # held-out code prompts are graded in the sandbox
-    summary = asyncio.run(serve(cfg, Endpoints.from_env()))
+    try:
+        summary = asyncio.run(serve(cfg, Endpoints.from_env()))
+    except EnvironmentBroken as exc:
+        print(f"{STOPPED_PREFIX}{exc}", flush=True)  # the supervisor reports this line
+        sys.exit(EXIT_STOPPED)
     print(json.dumps(summary), flush=True)
 
 

@@ -179,3 +179,29 @@ def test_a_failing_environment_is_dead_lettered_and_never_trained_and_the_run_co
     trained = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "trained"}
     assert failed and all(p.split("-")[0] in FAILS for p in failed)
     assert trained and all(p.startswith("fine") for p in trained)
+
+
+def test_a_run_whose_every_episode_fails_stops_with_the_reason(stack_home, tmp_path):
+    """env.max_failed_groups: a broken environment ends the run (exit 1, the reason in the
+    summary) instead of feeding the trainer nothing forever."""
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    env = f"{tmp_path}/flaky.py:Flaky"
+    rows = [{"prompt_id": f"raise-{i}", "text": f"say {i}:", "task": "exact", "answer": "x",
+             "environment": env, "fail": "raise", "split": "train" if i < 8 else "heldout"}
+            for i in range(10)]  # fmt: skip
+    prompts = tmp_path / "broken.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = tmp_path / "summary.json"
+    result = cli(
+        "run", "--prompts", str(prompts), "--run-id", "broken-env-it", "--rl-steps", "50",
+        "--sampler", "uniform", "--out", str(tmp_path), "--summary", str(summary),
+        "--set", "env.max_failed_groups=6", "--set", "pretrain.max_steps=10",
+        "--set", "eval.prompts=2", "--set", "prompts_per_step=4", "--set", "group_size=4",
+        "--set", "target_in_flight=16",
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout[-3000:]
+    figures = json.loads(summary.read_text())
+    assert not figures["completed"] and figures["rl_steps"] == 0
+    assert "6 groups in a row" in figures["stopped"] and "env_crashed 6" in figures["stopped"]
+    assert "trainer stopped the run" in result.stdout + result.stderr

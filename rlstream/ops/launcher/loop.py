@@ -100,6 +100,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             | {
                 "messages_per_s": rl_rates(watcher.view),
                 "completed": ok,
+                **({"stopped": sup.stopped} if sup.stopped else {}),
                 "embedded_stack": embedded,
                 "restarts": {c.name: c.restarts for c in sup.children if c.restarts},
                 "wall_s": round(time.monotonic() - started, 1),

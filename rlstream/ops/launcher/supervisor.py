@@ -13,6 +13,7 @@ from pathlib import Path
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.ops.stack import procs
+from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 
 STOP_GRACE_S = 5.0  # children get this long after SIGTERM (the trainer saves; the scheduler
 
@@ -39,6 +40,7 @@ class Supervisor:
     log_dir: Path
     workers: int = 2
     children: list[Child] = field(default_factory=list)
+    stopped: str | None = None  # why a child stopped the run on purpose
 
     def __post_init__(self) -> None:
         py, cfg = sys.executable, str(self.cfg_path)
@@ -112,6 +114,11 @@ class Supervisor:
                 child.finished = True
                 news.append(f"{child.name} finished")
                 continue
+            if code == EXIT_STOPPED:  # on purpose (a broken environment): no restart
+                child.finished = True
+                self.stopped = stop_reason(child.log) or f"{child.name} stopped the run"
+                news.append(f"{child.name} stopped the run: {self.stopped}")
+                continue
             now = time.monotonic()
             child.crashes = [t for t in child.crashes if now - t < self.window_s] + [now]
             if len(child.crashes) <= self.max_restarts:
@@ -132,6 +139,16 @@ class Supervisor:
         Ctrl-C while waiting kills them at once)."""
         alive = [c.proc.pid for c in self.children if c.proc and c.proc.poll() is None]
         procs.terminate_all(alive, timeout_s=STOP_GRACE_S)
+
+
+def stop_reason(log: Path) -> str | None:
+    """The last STOPPED_PREFIX line of a child's log, without the prefix."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [line for line in lines if line.startswith(STOPPED_PREFIX)]
+    return found[-1].removeprefix(STOPPED_PREFIX) if found else None
 
 
 def child_env(endpoints: Endpoints, cfg: Config, run_dir: Path | None = None) -> dict[str, str]:
