@@ -202,6 +202,6 @@ def test_a_run_whose_every_episode_fails_stops_with_the_reason(stack_home, tmp_p
     )  # fmt: skip
     assert result.returncode == 1, result.stdout[-3000:]
     figures = json.loads(summary.read_text())
-    assert not figures["completed"] and figures["rl_steps"] == 0
+    assert not figures["completed"] and not figures.get("rl_steps")
     assert "6 groups in a row" in figures["stopped"] and "env_crashed 6" in figures["stopped"]
     assert "trainer stopped the run" in result.stdout + result.stderr
