@@ -62,6 +62,7 @@ def tiny_model_dir(
     seed: int = 0,
     chat_template: str | None = None,
     tokenizer: str = "bpe",
+    positions: int = 64,
 ) -> Path:
     """A random `arch` (llama or qwen2) causal LM of about 0.1 M parameters and its tokenizer
     (`bpe`, or `chars`: single characters without a newline), with `chat_template` if given,
@@ -73,7 +74,7 @@ def tiny_model_dir(
     kind = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
     config = kind(
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions,
         tie_word_embeddings=True, eos_token_id=tok.eos_token_id, bos_token_id=None,
     )  # fmt: skip
     torch.manual_seed(seed)

@@ -178,7 +178,8 @@ def _observe(tok: Tokenizer, model: CausalLM, episodes: list[Episode], results, 
                 if step.done or e.turns >= max_turns:
                     e.stop_reason = "done" if step.done else "turns"
                     continue
-                observation = step.observation
+                after_eos = bool(e.tokens) and e.tokens[-1] == tok.eos_id
+                observation = tok.format_turn(step.observation, after_eos)
             try:
                 ids = tok.encode(observation) if observation else []
             except ValueError as exc:

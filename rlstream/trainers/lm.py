@@ -153,6 +153,21 @@ class Tokenizer:
         turn = [{"role": "user", "content": text}]
         return self.hf.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
 
+    def format_turn(self, text: str, after_eos: bool = False) -> str:
+        """The text an environment's answer becomes between two policy turns: as it is, or
+        with the chat template, the assistant's turn closed, the answer as a user turn and the
+        next assistant turn opened, in the template's own markers (its end marker left out
+        when the policy's turn already ended with the end-of-sequence token)."""
+        if not self.chat:
+            return text
+        mark = "\x00rlstream-turn\x00"
+        turns = [{"role": "user", "content": "?"}, {"role": "assistant", "content": mark},
+                 {"role": "user", "content": text}]  # fmt: skip
+        shown = self.hf.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        between = shown[shown.index(mark) + len(mark) :]
+        eos = self.hf.eos_token or ""
+        return between.removeprefix(eos) if after_eos and eos else between
+
     def encode_prompts(self, texts: list[str]) -> list[list[int]]:
         return self.encode_batch([self.format_prompt(t) for t in texts])
 

@@ -230,3 +230,41 @@ def test_the_python_tool_runs_each_call_in_the_sandbox():
         assert (e.tool_calls, e.reward, e.stop_reason) == (1, 1.0, "done")
         start, end = e.env_spans
         assert e.loss_mask[start:end] == [0] * (end - start)  # the tool's line is not trained
+
+
+def test_with_a_chat_template_each_answer_is_a_user_turn_and_logprobs_still_match(tmp_path):
+    """A BPE model with a chat template: every environment answer goes in as a user turn
+    between the template's markers, trained on never (loss mask 0, markers included), and the
+    trainer's recomputed logprobs match the sampled ones after three turns."""
+    from rlstream.config import ModelConfig
+    from rlstream.trainers.lm import build_model, load_tokenizer
+    from tests.hf_models import CHAT, tiny_model_dir
+
+    where = tiny_model_dir(tmp_path / "chat", "qwen2", chat_template=CHAT, positions=256)
+    m = ModelConfig(path=str(where), block_size=256)
+    tok = load_tokenizer(m)
+    assert tok.chat
+    model = build_model(m, tok).eval()
+    ENVIRONMENTS.register("chat-template-test")(Chat)
+    try:
+        prompt = Prompt(**(make_prompt("add", "1+2=", "", 1).to_row()
+                           | {"environment": "chat-template-test"}))  # fmt: skip
+        episodes = run_episodes(model, tok, [prompt], 2, 6, 1.0, EnvConfig(max_turns=3),
+                                torch.Generator().manual_seed(0))  # fmt: skip
+    finally:
+        del ENVIRONMENTS["chat-template-test"]
+    turn = "<|im_end|>\n<|im_start|>user\n ok\n<|im_end|>\n<|im_start|>assistant\n"
+    for e in episodes:
+        assert e.turns == 3 and e.stop_reason == "done", (e.stop_reason, e.error)
+        spans = list(zip(e.env_spans[::2], e.env_spans[1::2], strict=True))
+        assert len(spans) == 2 and all(e.text[a:b].endswith(turn[10:]) for a, b in spans)
+        env_ids = [t for t, keep in zip(e.tokens, e.loss_mask, strict=True) if not keep]
+        assert "<|im_start|>user" in tok.decode(env_ids) and 1 in e.loss_mask
+        exp = Experience([e.context[: e.n_prompt]], [e.tokens], [e.logprobs], [e.reward], [0],
+                         [0], [e.loss_mask])  # fmt: skip
+        b = collate(exp, tok.pad_id)
+        with torch.no_grad():
+            logp = token_logprobs(model(b["tokens"][:, :-1]), b["tokens"][:, 1:])
+        mask = b["mask"].bool()
+        assert int(mask.sum()) == sum(e.loss_mask)
+        torch.testing.assert_close(logp[mask], b["old_logp"][mask], atol=1e-4, rtol=1e-4)

@@ -197,7 +197,8 @@ def _grade(task: CodeTask, executions: list, limits) -> Grade:
                 passed += 1
             elif result:
                 failures.append(f"{_first_line(test)} ({result.get('error')})")
-        why = run.why(limits) if len(run.tests) < len(task.tests) else ""
+        cut_short = len(run.tests) < len(task.tests)
+        why = (run.why(limits) or "it exited before its tests ran") if cut_short else ""
         if run.load_error:
             failures.insert(0, f"the program does not run ({run.load_error})")
         elif why:
