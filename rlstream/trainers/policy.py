@@ -117,9 +117,10 @@ def to_experience(
 ) -> Experience:
     """An Experience batch; the group id is '<row of the prompt in the batch>:<prompt_id>'."""
     groups = [f"{i}:{prompts[i].prompt_id}" for i in samples.prompt_index]
-    masks = None
+    masks = turns = None
     if samples.episodes:  # an episode whose environment failed trains nothing
         masks = [[0] * len(e.loss_mask) if e.error else e.loss_mask for e in samples.episodes]
+        turns = [e.turn_rewards if e.prompt.environment else None for e in samples.episodes]
     return Experience(
         samples.prompt_tokens,
         samples.tokens,
@@ -128,6 +129,7 @@ def to_experience(
         groups,
         [policy_version] * len(groups),
         masks,
+        turns,
     )
 
 

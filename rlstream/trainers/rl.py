@@ -42,17 +42,23 @@ class Experience:
     """per row: 1 on the completion tokens the policy sampled, 0 on an environment's (a
     multi-turn episode); None for a row (or all rows) whose every completion token is the
     policy's"""
+    turn_rewards: list | None = None
+    """per row: an episode's reward after each policy turn (PPO credits each at its turn's
+    last token), or None (the whole reward at the last token)"""
 
     def __post_init__(self):
         if self.loss_masks is None:
             self.loss_masks = [None] * len(self.rewards)
+        if self.turn_rewards is None:
+            self.turn_rewards = [None] * len(self.rewards)
 
     def __len__(self) -> int:
         return len(self.rewards)
 
     def _columns(self) -> list[list]:
         return [self.prompt_tokens, self.completion_tokens, self.old_logprobs, self.rewards,
-                self.group_ids, self.policy_version, self.loss_masks]  # fmt: skip
+                self.group_ids, self.policy_version, self.loss_masks,
+                self.turn_rewards]  # fmt: skip
 
     def select(self, rows) -> Experience:
         return Experience(*[[col[i] for i in rows] for col in self._columns()])
@@ -71,11 +77,13 @@ class Experience:
             [r["request_id"] for r in rows],
             [r["policy_version"] for r in rows],
             [r.get("loss_mask") for r in rows],
+            [r.get("turn_rewards") for r in rows],
         )
 
 
 def collate(exp: Experience, pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded tensors: tokens (N, L); old_logp, mask (N, L-1) aligned with targets."""
+    """Right-padded tensors: tokens (N, L); old_logp, mask, token_rewards (N, L-1) aligned
+    with targets (token_rewards: each row's reward where PPO credits it, `turn_credit`)."""
     seqs = [p + c for p, c in zip(exp.prompt_tokens, exp.completion_tokens, strict=True)]
     N, L = len(seqs), max(len(s) for s in seqs)
     tokens = torch.full((N, L), pad_id, dtype=torch.long)
@@ -87,7 +95,30 @@ def collate(exp: Experience, pad_id: int) -> dict[str, torch.Tensor]:
         own = exp.loss_masks[i]
         mask[i, start : start + len(c)] = 1.0 if own is None else torch.tensor(own[: len(c)])
         old[i, start : start + len(c)] = torch.tensor(exp.old_logprobs[i][: len(c)])
-    return {"tokens": tokens, "old_logp": old, "mask": mask, "rewards": torch.tensor(exp.rewards)}
+    token_rewards = torch.zeros((N, L - 1))
+    for i in range(N):
+        for at, reward in turn_credit(mask[i].tolist(), exp.rewards[i], exp.turn_rewards[i]):
+            token_rewards[i, at] = reward
+    return {"tokens": tokens, "old_logp": old, "mask": mask, "rewards": torch.tensor(exp.rewards),
+            "token_rewards": token_rewards}  # fmt: skip
+
+
+def turn_credit(mask: list[float], reward: float, turns: list[float] | None) -> list[tuple]:
+    """Where a row's reward is credited: each policy turn's reward at that turn's last trained
+    token when there is one reward per turn (an episode), else the whole reward at the last
+    trained token.
+
+    >>> turn_credit([0, 1, 1, 0, 0, 1, 0], 1.5, [0.5, 1.0])
+    [(2, 0.5), (5, 1.0)]
+    >>> turn_credit([0, 1, 1, 0], 1.0, None)
+    [(2, 1.0)]
+    """
+    ends = [t for t, m in enumerate(mask) if m > 0 and (t + 1 == len(mask) or mask[t + 1] == 0)]
+    if not ends:
+        return []
+    if turns and len(turns) == len(ends) and abs(sum(turns) - reward) < 1e-4:
+        return list(zip(ends, turns, strict=True))
+    return [(ends[-1], reward)]
 
 
 ADVANTAGES = Registry("advantage estimator")  # fn(batch, values, cfg) -> (adv, returns)
@@ -101,11 +132,10 @@ def _grpo(b: dict, values: torch.Tensor | None, args: RLConfig):
 
 @register_advantage("ppo")
 def _ppo(b: dict, values: torch.Tensor, args: RLConfig):
-    """Reward on each sequence's last token; GAE over completion tokens; normalised advantages."""
+    """Rewards where `turn_credit` puts them (an episode's at each turn's end, else at the last
+    token); GAE over the policy's tokens; normalised advantages."""
     mask = b["mask"]
-    last = (mask.cumsum(1) == mask.sum(1, keepdim=True)) & (mask > 0)
-    token_rewards = last.float() * b["rewards"][:, None]
-    adv, ret = compute_gae(token_rewards, values * mask, mask, args.gamma, args.lam)
+    adv, ret = compute_gae(b["token_rewards"], values * mask, mask, args.gamma, args.lam)
     mean, std = (
         masked_mean(adv, mask),
         masked_mean((adv - masked_mean(adv, mask)) ** 2, mask).sqrt(),

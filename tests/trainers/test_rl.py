@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rlstream.config import ModelConfig, RLConfig
+from rlstream.trainers.algos import compute_gae
 from rlstream.trainers.backend import make_adamw, make_backend
 from rlstream.trainers.lm import Tokenizer, build_model
 from rlstream.trainers.rl import ADVANTAGES, Experience, Learner, collate, register_advantage
@@ -123,3 +124,36 @@ def test_hybrid_lm_loss_is_mixed_in():
     assert m["lm_loss"] > 0
     corpus.extend(["1+1=2\n"] * 2000)  # grows past its initial capacity
     assert len(corpus) == 2002
+
+
+def test_ppo_credits_an_episodes_reward_at_the_end_of_the_turn_that_earned_it():
+    """Two policy turns around an environment's answer (loss mask 0): the reward the first
+    turn earned sits on its last token, so with discounting its tokens get more credit than
+    when the same reward comes only at the end; a row without turn rewards keeps the whole
+    reward at its last token."""
+    prompt, completion = [5, 6], [8, 9, 1, 30, 31, 10, 1]  # turn, answer (masked), turn
+    mask = [1, 1, 1, 0, 0, 1, 1]
+    rows = [
+        Experience([prompt], [completion], [[-0.5] * 7], [1.0], ["g"], [0], [mask], [turns])
+        for turns in ([1.0, 0.0], [0.0, 1.0], None)
+    ]
+    batches = [collate(r, TOK.pad_id) for r in rows]
+    first, last, plain = (b["token_rewards"][0].tolist() for b in batches)
+    assert first == [0, 0, 0, 1.0, 0, 0, 0, 0] and last == plain == [0, 0, 0, 0, 0, 0, 0, 1.0]
+    args = RLConfig(algo="ppo", gamma=0.5, lam=1.0)
+    advantages = []
+    for b in batches:
+        mask_t = b["mask"]
+        adv, _ = compute_gae(b["token_rewards"], torch.zeros_like(mask_t), mask_t, 0.5, 1.0)
+        advantages.append(adv[0, 1].item())  # the first turn's first token
+    assert advantages[0] > advantages[1] == advantages[2] > 0
+    assert ADVANTAGES["ppo"](batches[0], torch.zeros_like(batches[0]["mask"]), args)[0].shape == (
+        1,
+        8,
+    )
+
+
+def test_experience_rows_carry_their_turn_rewards():
+    row = {"prompt_tokens": [1], "completion_tokens": [2], "logprobs": [-1.0], "reward": 1.0}
+    row |= {"request_id": "r", "policy_version": 0, "loss_mask": [1], "turn_rewards": [1.0]}
+    assert Experience.from_rows([row]).turn_rewards == [[1.0]]
