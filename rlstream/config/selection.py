@@ -130,8 +130,20 @@ class SelectionConfig:
     """with ppm_prior=skill: rollouts a PPM prediction is worth in each prompt's Beta
     posterior at full measured skill (the skill gate scales it down)"""
 
+    curriculum: float = 0.0
+    """a curriculum over the prompts' difficulty (any sampler): the easiest level first, the
+    next once the success rate over the last curriculum_window groups of the hardest open
+    level reaches this (e.g. 0.7; for the world environment its dynamics harden with it);
+    0: every level from the start"""
+    curriculum_window: int = 16
+    """groups of the hardest open level the curriculum judges its success rate on"""
+
     def __post_init__(self):
         at_least("selection", "ppm_candidates", self.ppm_candidates, 1)
+        at_least("selection", "curriculum_window", self.curriculum_window, 1)
+        if not 0 <= self.curriculum <= 1:
+            raise ConfigError(f"selection.curriculum: {self.curriculum}; a success rate in "
+                              "[0, 1] (0: off)")  # fmt: skip
         at_least("selection", "ppm_candidates_max", self.ppm_candidates_max, 0)
         if self.ppm_hard_tilt < 0:
             raise ConfigError(

@@ -311,6 +311,14 @@ class Scheduler:
         finally:
             await c.stop()
 
+    def curriculum_figures(self) -> dict[str, float]:
+        """The curriculum's open level and how many times it rose ({} without one)."""
+        figures = getattr(self.sampler, "figures", None)
+        if not callable(figures) or "curriculum_level" not in (f := figures()):
+            return {}
+        return {"curriculum_level": f["curriculum_level"],
+                "curriculum_raises": len(f["curriculum_raised_at"])}  # fmt: skip
+
     async def report_calibration(self, producer: EventProducer, step: int) -> None:
         """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r) and
         its prior strength per task family, as eval_results rows (task `ppm`: the report,
@@ -319,7 +327,7 @@ class Scheduler:
             {"event_id": make_event_id("select_cost", self.cfg.run_id, self.issued_rounds, k),
              "step": step, "task": "scheduler", "metric": k, "value": float(v),
              "n": self.clock.rounds}
-            for k, v in self.clock.figures().items()
+            for k, v in self.clock.figures().items() | self.curriculum_figures().items()
         ]  # fmt: skip
         for window, figures in self.calibration.figures().items():
             metrics.SCHEDULER_PPM_BRIER.labels(window).set(figures["brier"])

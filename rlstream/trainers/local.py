@@ -222,6 +222,8 @@ def _train_local(cfg: Config, opts: LocalOptions, store, sampler) -> dict:
     last = run.history[-1] if run.history else {}
     final = last if "greedy" in last else run.evaluate()
     summary = make_summary(run, final, time.time() - t0)
+    figures = getattr(run.sampler, "figures", None)  # a curriculum's levels
+    summary |= figures() if callable(figures) else {}
     write_outputs(run, opts, summary)
     if tracking_uri(cfg):
         track_local(cfg, Path(opts.out_dir) if opts.out_dir else None, run.history, summary)

@@ -36,6 +36,7 @@ def calc_run(stack_home, tmp_path_factory):
         "--set", "pool_size=300", "--set", "eval.prompts=16", "--set", "eval.interval=2",
         "--set", "prompts_per_step=4", "--set", "group_size=4",
         "--set", "target_in_flight=16", "--set", "env.max_turns=3",
+        "--set", "selection.curriculum=0.95", "--set", "selection.curriculum_window=64",
         timeout=900,
     )  # fmt: skip
     return json.loads(summary.read_text()), result
@@ -78,6 +79,18 @@ def r_text_prompt(row: dict) -> str:
     from rlstream.trainers.lm import Tokenizer
 
     return Tokenizer.char().decode(row["prompt_tokens"])
+
+
+def test_the_curriculum_holds_the_scheduler_to_the_easiest_level_until_it_is_solved(calc_run):
+    """selection.curriculum through the live scheduler: calc's pool has difficulties 1-3, and
+    a 95% bar over 64 groups is not reached in four steps, so every request is difficulty 1."""
+    from rlstream.ops.launcher.figures import _run_rows
+
+    figures, _ = calc_run
+    requests = asyncio.run(_run_rows(Endpoints.from_env(), "rollout_requests", RUN))
+    assert requests and {r["difficulty"] for r in requests} == {1}
+    assert figures["scheduler_curriculum_level"] == 1
+    assert figures["scheduler_curriculum_raises"] == 0
 
 
 def test_tail_shows_an_episodes_turns_with_the_environments_text_apart(calc_run):

@@ -6,6 +6,7 @@ from rlstream.trainers.envs import (  # noqa: F401  (register families)
     puzzles,
     tools,
     verifiers,
+    walk,
 )
 from rlstream.trainers.envs.base import (
     TASKS,

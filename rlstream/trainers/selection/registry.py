@@ -42,7 +42,20 @@ def build_sampler(
     """The sampler a loop uses: `name` (default cfg.selection.sampler, `ppm:<featurizers>`
     allowed) over `pool`, seeded by cfg.seed. The PPM sampler reads `policy()` (a callable, so
     the loop can hand it the newest policy) with cfg.ppm_feature_spec(); `neighbourhood`
-    and `embedder` as `make_policy_ppm_sampler` takes them."""
+    and `embedder` as `make_policy_ppm_sampler` takes them. With selection.curriculum it
+    chooses among the open difficulty levels only (`Curriculum`)."""
+    sel = cfg.selection
+    if sel.curriculum > 0:
+        from rlstream.trainers.selection.curriculum import Curriculum
+
+        def make(open_pool: list[Prompt]):
+            return _build(cfg, open_pool, policy, name, ppm_args, neighbourhood, embedder)
+
+        return Curriculum(make, pool, sel.curriculum, sel.curriculum_window)
+    return _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder)
+
+
+def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
     from rlstream.trainers.selection.policy_features import (
         make_policy_ppm_sampler,
         reads_policy,
