@@ -17,8 +17,9 @@ the episode with an `EnvironmentFailed` of one kind, and nothing of that episode
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from rlstream.config import EnvConfig
@@ -79,8 +80,30 @@ def environment_class(name: str):
 _IMPORTED: dict[str, type] = {}
 
 
-def open_environment(name: str, settings: EnvConfig) -> Environment:
+def open_environment(name: str, settings: EnvConfig, prompt=None) -> Environment:
+    """An environment for one episode, made with the run's settings; a prompt whose row has
+    an `env_options` column (a JSON object) overrides env.options for its own episodes, so a
+    dataset can hold one task under several environment settings for the samplers and the
+    curriculum to choose among."""
+    own = prompt_env_options(prompt) if prompt is not None else {}
+    if own:
+        merged = json.loads(settings.options or "{}") | own
+        settings = replace(settings, options=json.dumps(merged))
     return environment_class(name)(settings)
+
+
+def prompt_env_options(prompt) -> dict:
+    """A prompt's own environment options (its row's `env_options` column), {} without."""
+    try:
+        own = json.loads(getattr(prompt, "metadata", "") or "{}").get("env_options") or {}
+    except (ValueError, AttributeError):
+        return {}
+    if isinstance(own, str):
+        try:
+            own = json.loads(own)
+        except ValueError:
+            return {}
+    return own if isinstance(own, dict) else {}
 
 
 class EnvironmentFailed(Exception):

@@ -127,7 +127,7 @@ def run_episodes(
     ]
     with_env = [e for e in episodes if e.prompt.environment]
     for e in with_env:
-        e.env = open_environment(e.prompt.environment, settings)
+        e.env = open_environment(e.prompt.environment, settings, e.prompt)
     loop = env_loop()
     resets = loop.gather([e.env.reset(e.prompt) for e in with_env], settings.step_timeout_s)
     _observe(tok, model, with_env, resets, settings.max_turns, reset=True)

@@ -58,3 +58,24 @@ def test_the_dynamics_harden_with_the_difficulty():
     start = int(p.text.split()[2])
     step = asyncio.run(forced.step("+"))
     assert step.info["slipped"] and (step.done or step.observation == f"{max(0, start - 1)}\n")
+
+
+def test_a_prompts_own_env_options_set_its_episodes_world():
+    """One task under two environment settings, as rows of a dataset: each episode's world
+    takes its prompt's `env_options` over the run's env.options."""
+    import json
+
+    from rlstream.environments.base import open_environment
+    from rlstream.trainers.envs import Prompt
+
+    family = get_task("walk")
+    base = family.generate(random.Random(2), 1)
+    slippery = Prompt(**(base.to_row() | {"metadata": json.dumps({"env_options": {"slip": 1.0}})}))
+    run = EnvConfig(options='{"slip": 0.0}')
+    plain_world = open_environment("world", run, base)
+    slippery_world = open_environment("world", run, slippery)
+    asyncio.run(plain_world.reset(base))
+    asyncio.run(slippery_world.reset(slippery))
+    assert not asyncio.run(plain_world.step("+")).info["slipped"]
+    assert asyncio.run(slippery_world.step("+")).info["slipped"]
+    assert slippery_world.slip == 1.0 and plain_world.slip == 0.0
