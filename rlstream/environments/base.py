@@ -56,6 +56,7 @@ ENVIRONMENTS.declare("calculator", "rlstream.environments.calculator:Calculator"
 ENVIRONMENTS.declare("user", "rlstream.environments.user:SimulatedUser")
 ENVIRONMENTS.declare("python", "rlstream.environments.python:PythonTool")
 ENVIRONMENTS.declare("world", "rlstream.environments.world:World")
+ENVIRONMENTS.declare("llm-user", "rlstream.environments.llm_user:LLMUser")
 OPENENV_CLIENT = "rlstream.environments.openenv:remote"
 """address -> the environment class playing episodes on that OpenEnv server (imported by name,
 as a declared registry entry is: the interface imports none of its implementations)"""

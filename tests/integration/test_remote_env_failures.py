@@ -1,0 +1,151 @@
+"""Remote environments that fail, through the live loop: a server that answers with malformed
+JSON, one that closes the socket mid-episode, and an `rlstream env serve` killed mid-run and
+started again. Each affected episode is dead-lettered with its kind (env_protocol,
+env_closed), none of them is trained, and the run completes, training on the episodes the
+restarted server played."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import pytest
+
+from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.objectstore import ObjectStore
+from rlstream.ops.launcher.figures import _run_rows
+from rlstream.streams.experience_checks import ledger_prefix
+from tests.integration.conftest import RLSTREAM
+from tests.integration.test_openenv import free_port, start, wait_for_port
+
+pytestmark = pytest.mark.integration
+RUN = "remote-failures-it"
+
+BROKEN = '''
+"""OpenEnv's WebSocket path, misbehaving on purpose: `garbage` answers every message with
+text that is not JSON; `hangup` answers reset properly and closes the socket at the first step."""
+import asyncio
+import json
+import sys
+
+from websockets.asyncio.server import serve
+
+MODE, PORT = sys.argv[1], int(sys.argv[2])
+
+
+async def session(ws):
+    async for raw in ws:
+        kind = json.loads(raw).get("type")
+        if MODE == "garbage":
+            await ws.send("{this is not json")
+        elif kind == "reset":
+            await ws.send(json.dumps({"type": "observation", "data": {
+                "observation": {"text": ""}, "reward": 0.0, "done": False}}))
+        elif kind == "step":
+            await ws.close()
+            return
+
+
+async def main():
+    async with serve(session, "127.0.0.1", PORT):
+        await asyncio.Future()
+
+
+asyncio.run(main())
+'''
+
+
+@pytest.fixture(scope="module")
+def remote_run(stack_home, tmp_path_factory):
+    out = tmp_path_factory.mktemp("remote")
+    (out / "broken.py").write_text(BROKEN)
+    ports = {name: free_port() for name in ("garbage", "hangup", "calculator")}
+    servers = {
+        name: start([sys.executable, str(out / "broken.py"), name, str(ports[name])],
+                    out / f"{name}.log")
+        for name in ("garbage", "hangup")
+    }  # fmt: skip
+    serve = [*RLSTREAM, "env", "serve", "calculator", "--port", str(ports["calculator"])]
+    servers["calculator"] = start(serve, out / "calculator.log")
+    for name, server in servers.items():
+        wait_for_port(ports[name], server, out / f"{name}.log")
+    address = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    rows = [{"prompt_id": f"calc-{a}-{b}", "text": f"{a}*{b}=", "task": "calc",
+             "answer": str(a * b), "environment": address["calculator"],
+             "split": "train" if (a + b) % 6 else "heldout"}
+            for a in range(10, 16) for b in range(2, 8)]  # fmt: skip
+    rows += [{"prompt_id": f"{name}-{i}", "text": f"say {i}:", "task": "exact", "answer": "x",
+              "environment": address[name], "split": "train"}
+             for name in ("garbage", "hangup") for i in range(4)]  # fmt: skip
+    prompts = out / "remote.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = out / "summary.json"
+    args = [*RLSTREAM, "run", "--prompts", str(prompts), "--run-id", RUN, "--rl-steps", "6",
+            "--sampler", "uniform", "--out", str(out), "--summary", str(summary),
+            "--set", "pretrain.max_steps=30", "--set", "pretrain.batch=32",
+            "--set", "eval.prompts=4", "--set", "eval.interval=3", "--set", "prompts_per_step=4",
+            "--set", "group_size=4", "--set", "target_in_flight=16", "--set", "env.max_turns=3",
+            "--set", "env.step_timeout_s=5", "--set", "env.max_failed_groups=0"]  # fmt: skip
+    log = out / "run.log"
+    run = start(args, log)
+    restarted_at = None
+    try:
+        deadline = time.monotonic() + 500
+        while time.monotonic() < deadline and run.poll() is None:
+            if asyncio.run(_run_rows(Endpoints.from_env(), "rollouts", RUN)):
+                break
+            time.sleep(0.5)
+        servers["calculator"].kill()  # mid-run: its sessions drop, new ones are refused
+        servers["calculator"].wait()
+        time.sleep(4)
+        servers["calculator"] = start(serve, out / "calculator-2.log")
+        wait_for_port(ports["calculator"], servers["calculator"], out / "calculator-2.log")
+        restarted_at = time.time()
+        run.wait(timeout=700)
+    finally:
+        run.kill()
+        for server in servers.values():
+            server.kill()
+    assert run.returncode == 0, log.read_text()[-3000:]
+    return json.loads(summary.read_text()), restarted_at
+
+
+def test_malformed_json_and_a_closed_socket_are_dead_lettered_by_kind(remote_run):
+    figures, _ = remote_run
+    assert figures["completed"] and figures["env_failed_groups"] > 0
+    endpoints = Endpoints.from_env()
+    prompt_of = {r["request_id"]: r["prompt_id"]
+                 for r in asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))}  # fmt: skip
+    kinds: dict[str, set[str]] = {}
+    for letter in asyncio.run(_run_rows(endpoints, "dead_letters", RUN)):
+        if letter["source_topic"] == "rl.rollouts.v1" and letter["error_kind"].startswith("env_"):
+            server = prompt_of[letter["reason"].split()[1]].split("-")[0]
+            kinds.setdefault(server, set()).add(letter["error_kind"])
+    assert kinds.get("garbage") == {"env_protocol"}, kinds
+    assert kinds.get("hangup") == {"env_closed"}, kinds
+
+
+def test_a_killed_environment_server_fails_its_episodes_and_the_run_trains_on(remote_run):
+    figures, restarted_at = remote_run
+    endpoints = Endpoints.from_env()
+    requests = asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))
+    prompt_of = {r["request_id"]: r["prompt_id"] for r in requests}
+    ledger = ObjectStore(endpoints).read_parquet_prefix(ledger_prefix(RUN)).to_pylist()
+    trained = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "trained"}
+    failed = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "env_failed"}
+    assert trained and all(p.startswith("calc") for p in trained)  # never a broken server's
+    assert {p.split("-")[0] for p in failed} >= {"garbage", "hangup"}
+    letters = asyncio.run(_run_rows(endpoints, "dead_letters", RUN))
+    calc_closed = [
+        letter for letter in letters
+        if letter["error_kind"] == "env_closed"
+        and prompt_of.get(letter["reason"].split()[1], "").startswith("calc")
+    ]  # fmt: skip
+    assert calc_closed, "no calculator episode failed while its server was down"
+    experience = asyncio.run(_run_rows(endpoints, "experience", RUN))
+    after = [r for r in experience if r["prompt_id"].startswith("calc")
+             and r["produced_at"].timestamp() > restarted_at]  # fmt: skip
+    assert after, "nothing was trained from the restarted server"
+    assert figures["rl_steps"] == 6
