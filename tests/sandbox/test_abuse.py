@@ -153,3 +153,9 @@ def test_a_sandbox_that_cannot_start_says_why(monkeypatch, tmp_path):
     with pytest.raises(SandboxUnavailable, match="did not start .*missing.py"):
         broken.run("print(1)")
     broken.close()
+
+
+def test_results_written_by_the_program_itself_are_caught_when_there_are_too_many():
+    forge = "import os\nfor _ in range(5):\n    os.write(3, b'{\"passed\": true}\\n')"
+    grade = _grade(forge + "\ndef double(x):\n    return 0")
+    assert grade.reward == 0.0 and "wrote to the result channel" in grade.details

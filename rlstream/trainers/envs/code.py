@@ -192,6 +192,9 @@ def _grade(task: CodeTask, executions: list, limits) -> Grade:
     passed, failures = 0, []
     if task.tests:
         run, executions = executions[0], executions[1:]
+        if len(run.tests) > len(task.tests):  # the program wrote results of its own
+            forged = f"{len(run.tests)} test results for {len(task.tests)} tests"
+            return Grade(0.0, False, f"{forged}: the program wrote to the result channel")
         for test, result in zip(task.tests, run.tests + [None] * len(task.tests), strict=False):
             if result and result.get("passed"):
                 passed += 1
