@@ -61,3 +61,22 @@ def test_the_report_renders_with_its_plot_served_by_the_api():
     html = render_report(report, "x")
     assert '<img src="/runs/x/curves.png"' in html and "<table>" in html
     assert "&lt;b&gt;" in html  # raw HTML in a report is shown, not rendered
+
+
+def test_an_episodes_turns_are_told_apart_on_the_review_page():
+    from jinja2 import Environment, FileSystemLoader
+
+    from rlstream.ops.api.webview import WEB
+
+    episode = _rollout("e", 0, 2, task="calc", completion="?12*4\n48\n48\n")
+    episode |= {"env_spans": [6, 9], "turns": 2, "stop_reason": "done", "env_error": None}
+    [row] = join_rollouts([episode], [_reward("e", 0, 1.0)], VERSIONS)
+    assert row["segments"] == [("?12*4\n", False), ("48\n", True), ("48\n", False)]
+    assert join_rollouts([_rollout("a", 0, 1)], [_reward("a", 0, 1.0)], VERSIONS)[0][
+        "segments"] is None  # fmt: skip
+    loader = Environment(loader=FileSystemLoader(WEB / "templates"), autoescape=True)
+    found = {"rows": [row], "matched": 1, "total": 1}
+    page = loader.get_template("rollouts.html").render(
+        found=found, run={"run_id": "r"}, f=ReviewFilter(), auth=False, request=None
+    )
+    assert '<span class="env">48\n</span>' in page and "2 turns, done" in page

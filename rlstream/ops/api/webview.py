@@ -79,9 +79,33 @@ def join_rollouts(rollouts: list[dict], rewards: list[dict], versions: list[dict
             "verifier": r.get("verifier") or r["task"],  # the family that checked it
             "scored_by": reward["verifier"],
             "details": reward.get("details"),
+            "segments": turn_segments(r["completion"], r.get("env_spans")),
+            "turns": r.get("turns"),
+            "stop_reason": r.get("stop_reason"),
+            "env_error": r.get("env_error"),
         })  # fmt: skip
     rows.sort(key=lambda r: (-r["policy_version"], r["request_id"], r["sample_idx"]))
     return rows
+
+
+def turn_segments(text: str, spans: list[int] | None) -> list[tuple[str, bool]] | None:
+    """An episode's transcript as (text, written by the environment) pieces, from its
+    [start, end) character spans; None for a single-turn completion.
+
+    >>> turn_segments("?2*3\n6\n6\n", [5, 7])
+    [('?2*3\n', False), ('6\n', True), ('6\n', False)]
+    """
+    if not spans:
+        return None
+    pieces, at = [], 0
+    for start, end in zip(spans[::2], spans[1::2], strict=True):
+        if start > at:
+            pieces.append((text[at:start], False))
+        pieces.append((text[start:end], True))
+        at = end
+    if at < len(text):
+        pieces.append((text[at:], False))
+    return pieces
 
 
 class RolloutReview:
