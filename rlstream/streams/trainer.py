@@ -47,7 +47,6 @@ from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer, consumer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
-from rlstream.connectors.reading import follow_run
 from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
 from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 from rlstream.streams.experience_checks import (
@@ -58,7 +57,7 @@ from rlstream.streams.experience_checks import (
     untrainable,
 )
 from rlstream.streams.policystore import PolicyPruner, publish_policy
-from rlstream.streams.trainer_data import eval_rows, load_dataset
+from rlstream.streams.trainer_data import eval_rows, feed_corpus, follow_fed_back, load_dataset
 from rlstream.streams.trainer_summary import summarize
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
@@ -455,42 +454,6 @@ async def trainable(trainer: StreamTrainer, rows: list[dict], record, dead) -> l
         await dead.send(record, UntrainableRow(f"{row['event_id']}: {problem}"), part=i)
 
     return await keep_rows_of_run(rows, cfg.run_id, lambda row: untrainable(row, *limits), refuse)
-
-
-async def follow_fed_back(trainer: StreamTrainer) -> None:
-    """Hybrid mode: documents that reach rl.corpus.v1 during RL (verified rollouts fed back,
-    or any producer's) join the corpus the LM share of each update reads."""
-    topics = [CORPUS.topic]
-    async with contextlib.aclosing(follow_run(trainer.endpoints, topics, trainer.cfg.run_id)) as p:
-        async for found in p:
-            for row in found.get(CORPUS.name, []):
-                if row["doc_id"] not in trainer.doc_ids:
-                    trainer.doc_ids.add(row["doc_id"])
-                    trainer.arrived.append((row["doc_id"], row["text"]))
-
-
-async def feed_corpus(trainer: StreamTrainer, producer: EventProducer, groups) -> None:
-    """Verified-correct rollouts become pre-training documents (the loop's other direction)."""
-    tok = trainer.state.tok
-    rows = [
-        {
-            "doc_id": r["event_id"],
-            "text": tok.decode(r["prompt_tokens"] + r["completion_tokens"]),
-            "source": "rollout",
-            "task": r["task"],
-        }
-        for g in groups
-        for r in g
-        if r["correct"]
-    ]
-    if rows:
-        await producer.send(
-            CORPUS,
-            rows_to_batch(
-                CORPUS, rows, run_id=trainer.cfg.run_id, policy_version=trainer.state.version
-            ),
-        )
-        trainer.counters["corpus_fed"] += len(rows)
 
 
 async def serve(cfg: Config, endpoints: Endpoints) -> dict:

@@ -1,12 +1,16 @@
-"""The stream trainer's data: the run's dataset as its topics hold it, and the rows of an
-evaluation."""
+"""The stream trainer's data: the run's dataset as its topics hold it, the rows of an
+evaluation, and the corpus both ways (verified rollouts fed back as documents, and the
+documents that arrive during RL)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.reading import read_rows_where
-from rlstream.schemas import get, make_event_id
+from rlstream.connectors.kafka import EventProducer
+from rlstream.connectors.reading import follow_run, read_rows_where
+from rlstream.schemas import get, make_event_id, rows_to_batch
 from rlstream.trainers.datasets import DatasetView
 
 PROMPTS, CORPUS = get("prompts"), get("corpus")
@@ -37,3 +41,40 @@ def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:
     for row in rows:
         row["event_id"] = make_event_id("eval", phase, step, row["task"], row["metric"])
     return rows
+
+
+async def follow_fed_back(trainer) -> None:
+    """Hybrid mode (`trainer`: the StreamTrainer): documents that reach rl.corpus.v1 during
+    RL (verified rollouts fed back, or any producer's) join the corpus the LM share of each
+    update reads."""
+    topics = [CORPUS.topic]
+    async with contextlib.aclosing(follow_run(trainer.endpoints, topics, trainer.cfg.run_id)) as p:
+        async for found in p:
+            for row in found.get(CORPUS.name, []):
+                if row["doc_id"] not in trainer.doc_ids:
+                    trainer.doc_ids.add(row["doc_id"])
+                    trainer.arrived.append((row["doc_id"], row["text"]))
+
+
+async def feed_corpus(trainer, producer: EventProducer, groups) -> None:
+    """Verified-correct rollouts become pre-training documents (the loop's other direction)."""
+    tok = trainer.state.tok
+    rows = [
+        {
+            "doc_id": r["event_id"],
+            "text": tok.decode(r["prompt_tokens"] + r["completion_tokens"]),
+            "source": "rollout",
+            "task": r["task"],
+        }
+        for g in groups
+        for r in g
+        if r["correct"]
+    ]
+    if rows:
+        await producer.send(
+            CORPUS,
+            rows_to_batch(
+                CORPUS, rows, run_id=trainer.cfg.run_id, policy_version=trainer.state.version
+            ),
+        )
+        trainer.counters["corpus_fed"] += len(rows)
