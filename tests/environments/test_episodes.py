@@ -185,6 +185,27 @@ class Chat:
         pass
 
 
+def chat_episodes(model, tok, text: str):
+    """Two three-turn episodes of small talk (`Chat`), sampled at temperature 1."""
+    ENVIRONMENTS.register("chat-test")(Chat)
+    try:
+        prompt = Prompt(**(make_prompt("add", text, "", 1).to_row()
+                           | {"environment": "chat-test"}))  # fmt: skip
+        return run_episodes(model, tok, [prompt], 2, 6, 1.0, EnvConfig(max_turns=3),
+                            torch.Generator().manual_seed(0))  # fmt: skip
+    finally:
+        del ENVIRONMENTS["chat-test"]
+
+
+def recomputed(model, tok, e):
+    """The trainer's logprobs on an episode's stored tokens, and the collated batch."""
+    exp = Experience([e.context[: e.n_prompt]], [e.tokens], [e.logprobs], [e.reward], [0], [0],
+                     [e.loss_mask])  # fmt: skip
+    b = collate(exp, tok.pad_id)
+    with torch.no_grad():
+        return token_logprobs(model(b["tokens"][:, :-1]), b["tokens"][:, 1:]), b
+
+
 def test_a_bpe_models_sampled_logprobs_match_the_trainers_recomputation_after_three_turns():
     from rlstream.config import ModelConfig
     from rlstream.trainers.lm import build_model
@@ -192,22 +213,11 @@ def test_a_bpe_models_sampled_logprobs_match_the_trainers_recomputation_after_th
     tok = Tokenizer.bpe(["hello there, how are you? ok fine thanks\n"] * 50, vocab_size=300)
     torch.manual_seed(0)
     model = build_model(ModelConfig(block_size=96), tok)
-    ENVIRONMENTS.register("chat-test")(Chat)
-    try:
-        prompt = Prompt(**(make_prompt("add", "hello there", "", 1).to_row()
-                           | {"environment": "chat-test"}))  # fmt: skip
-        episodes = run_episodes(model, tok, [prompt], 2, 6, 1.0, EnvConfig(max_turns=3),
-                                torch.Generator().manual_seed(0))  # fmt: skip
-    finally:
-        del ENVIRONMENTS["chat-test"]
+    episodes = chat_episodes(model, tok, "hello there")
     for e in episodes:
         assert e.turns == 3 and e.stop_reason == "done" and e.reward == pytest.approx(0.3)
         assert 0 in e.loss_mask and e.loss_mask[0] == 1
-        exp = Experience([e.context[: e.n_prompt]], [e.tokens], [e.logprobs], [e.reward], [0],
-                         [0], [e.loss_mask])  # fmt: skip
-        b = collate(exp, tok.pad_id)
-        with torch.no_grad():
-            logp = token_logprobs(model(b["tokens"][:, :-1]), b["tokens"][:, 1:])
+        logp, b = recomputed(model, tok, e)
         mask = b["mask"].bool()
         assert int(mask.sum()) == sum(e.loss_mask)  # environment tokens are not trained
         torch.testing.assert_close(logp[mask], b["old_logp"][mask], atol=1e-4, rtol=1e-4)
@@ -245,14 +255,7 @@ def test_with_a_chat_template_each_answer_is_a_user_turn_and_logprobs_still_matc
     tok = load_tokenizer(m)
     assert tok.chat
     model = build_model(m, tok).eval()
-    ENVIRONMENTS.register("chat-template-test")(Chat)
-    try:
-        prompt = Prompt(**(make_prompt("add", "1+2=", "", 1).to_row()
-                           | {"environment": "chat-template-test"}))  # fmt: skip
-        episodes = run_episodes(model, tok, [prompt], 2, 6, 1.0, EnvConfig(max_turns=3),
-                                torch.Generator().manual_seed(0))  # fmt: skip
-    finally:
-        del ENVIRONMENTS["chat-template-test"]
+    episodes = chat_episodes(model, tok, "1+2=")
     turn = "<|im_end|>\n<|im_start|>user\n ok\n<|im_end|>\n<|im_start|>assistant\n"
     for e in episodes:
         assert e.turns == 3 and e.stop_reason == "done", (e.stop_reason, e.error)
@@ -260,11 +263,7 @@ def test_with_a_chat_template_each_answer_is_a_user_turn_and_logprobs_still_matc
         assert len(spans) == 2 and all(e.text[a:b].endswith(turn[10:]) for a, b in spans)
         env_ids = [t for t, keep in zip(e.tokens, e.loss_mask, strict=True) if not keep]
         assert "<|im_start|>user" in tok.decode(env_ids) and 1 in e.loss_mask
-        exp = Experience([e.context[: e.n_prompt]], [e.tokens], [e.logprobs], [e.reward], [0],
-                         [0], [e.loss_mask])  # fmt: skip
-        b = collate(exp, tok.pad_id)
-        with torch.no_grad():
-            logp = token_logprobs(model(b["tokens"][:, :-1]), b["tokens"][:, 1:])
+        logp, b = recomputed(model, tok, e)
         mask = b["mask"].bool()
         assert int(mask.sum()) == sum(e.loss_mask)
         torch.testing.assert_close(logp[mask], b["old_logp"][mask], atol=1e-4, rtol=1e-4)
