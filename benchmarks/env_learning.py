@@ -6,7 +6,8 @@ budget, every call answered `no tool`).
 
     .venv/bin/python benchmarks/env_learning.py [--rl-steps 30] [--arms calc,calc-no-tool,...]
 
-Writes benchmarks/results/env-learning.json and prints a table. Each arm is one seed (0); the
+Writes benchmarks/results/env-learning.json (an arm run again replaces its row, the others
+are kept) and prints a table. Each arm is one seed (0); the
 runs take ~5-8 minutes each on 2 cores.
 """
 
@@ -24,6 +25,8 @@ ARMS = {
     "calc": ["--set", "data.tasks=calc"],
     "calc-no-tool": ["--set", "data.tasks=calc", "--set", 'env.options={"tool": false}'],
     "guess": ["--set", "data.tasks=guess@1", "--set", "env.max_turns=6"],
+    "walk": ["--set", "data.tasks=walk", "--set", "selection.curriculum=0.6",
+             "--set", "model.block_size=48", "--set", "env.max_turns=9"],
     "fn": ["--set", "data.tasks=fn"],
 }
 COMMON = ["--sampler", "uniform", "--set", "eval.prompts=64", "--set", "eval.interval=10"]
@@ -65,6 +68,9 @@ def main() -> None:
         for name in args.arms.split(","):
             rows.append(run_arm(name, args.rl_steps, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
+    kept = json.loads(RESULTS.read_text())["arms"] if RESULTS.exists() else []
+    ran = {r["arm"] for r in rows}
+    rows = [r for r in kept if r["arm"] not in ran and r.get("rl_steps") == args.rl_steps] + rows
     RESULTS.write_text(json.dumps({"rl_steps": args.rl_steps, "seed": 0, "arms": rows},
                                   indent=2) + "\n")  # fmt: skip
     print("\n| arm | held-out greedy: start -> after RL | gain | pass@1 | wall |")

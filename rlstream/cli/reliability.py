@@ -27,12 +27,17 @@ def chaos(
     seed: int = typer.Option(0, help="Seed of the fault schedule (and of the run)."),
     repeats: int = typer.Option(1, min=1, help="Runs, with seeds seed, seed+1, ..."),
     kinds: str | None = typer.Option(
-        None, help="Comma-separated fault kinds [default: all of them; see the table below]."
+        None,
+        help="Comma-separated fault kinds [default: all that apply: kill:env where the run's "
+        "tasks play an environment; see the table below].",
     ),
     rl_steps: int | None = typer.Option(None, min=1, help="rl.steps: RL updates per run."),
     workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
     s3_down_s: float = typer.Option(30.0, min=0, help="How long the S3 server is down."),
     qdrant_down_s: float = typer.Option(30.0, min=0, help="How long Qdrant is unavailable."),
+    env_down_s: float = typer.Option(
+        5.0, min=0, help="How long the environment server is down (kill:env)."
+    ),
     fault_rate_per_h: float = typer.Option(
         1.0, min=1e-6, help="Process faults an hour assumed in production (the MTBF bound)."
     ),
@@ -47,27 +52,33 @@ def chaos(
     summary: Path | None = SummaryOpt,
 ) -> None:
     """The real loop under scheduled faults (SIGKILL and SIGSTOP of every process kind, the S3
-    server down, Qdrant unavailable), then an audit by event id: nothing lost, nothing trained
-    twice, the archive equal to what was published. Prints each fault's recovery time."""
+    server down, Qdrant unavailable, the environment server killed), then an audit by event
+    id: nothing lost, nothing trained twice, the archive equal to what was published. Prints
+    each fault's recovery time."""
     from dataclasses import replace
     from datetime import UTC, datetime
 
     from rlstream.ops.reliability import chaos as chaos_mod
     from rlstream.ops.reliability import chaos_figures
 
-    chosen = tuple(k.strip() for k in kinds.split(",")) if kinds else chaos_mod.FAULT_KINDS
-    unknown = [k for k in chosen if k not in chaos_mod.FAULT_KINDS]
-    if unknown:
-        raise typer.BadParameter(
-            f"unknown fault kind {unknown[0]!r}; choose from {', '.join(chaos_mod.FAULT_KINDS)}",
-            param_hint="--kinds",
-        )
     if until not in chaos_mod.UNTIL:
         raise typer.BadParameter(f"{until!r}: choose steps or faults", param_hint="--until")
     rid = run_id or datetime.now(UTC).strftime("chaos-%Y%m%d-%H%M%S")
     cfg = build_config(
         config, overrides, run_id=rid, rl__steps=rl_steps, loop__rollout_workers=workers
     )
+    chosen = tuple(k.strip() for k in kinds.split(",")) if kinds else chaos_mod.default_kinds(cfg)
+    unknown = [k for k in chosen if k not in chaos_mod.FAULT_KINDS]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown fault kind {unknown[0]!r}; choose from {', '.join(chaos_mod.FAULT_KINDS)}",
+            param_hint="--kinds",
+        )
+    if "kill:env" in chosen:
+        try:
+            chaos_mod.environment_of(cfg)
+        except chaos_mod.ChaosError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--kinds") from None
     for name in ("prompts", "corpus"):
         source = getattr(cfg.data, name) or ""
         if source.startswith("topic:"):
@@ -77,7 +88,7 @@ def chaos(
     for i in range(repeats):
         args = chaos_mod.ChaosArgs(faults=faults, seed=seed + i, kinds=chosen,
                                    s3_down_s=s3_down_s, qdrant_down_s=qdrant_down_s,
-                                   until=until)  # fmt: skip
+                                   env_down_s=env_down_s, until=until)  # fmt: skip
         this = replace(cfg, run_id=rid if repeats == 1 else f"{rid}-{i}", seed=cfg.seed + i)
         result = chaos_mod.run_chaos(this, out, args, say=lambda m: print(m, flush=True))
         console.print(chaos_figures.table(result))

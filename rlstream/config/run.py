@@ -102,6 +102,10 @@ class EnvConfig:
     """the run stops (exit 1, the reason in its report) after this many groups in a row had an
     episode whose environment failed: a broken environment ends the run instead of feeding it
     nothing forever (0: never stops)"""
+    servers: str = ""
+    """a JSON object naming OpenEnv servers that play environments in the workers' stead, e.g.
+    {"world": "http://10.0.0.5:8000"}: prompts that name `world` play their episodes there
+    (`rlstream env serve world` on that machine), with no change to the dataset"""
 
     def __post_init__(self):
         at_least("env", "max_turns", self.max_turns, 1)
@@ -115,9 +119,24 @@ class EnvConfig:
         if not ok:
             raise ConfigError(f"env.options: {self.options!r} is not a JSON object; "
                               'write e.g. {"tool": false}')  # fmt: skip
+        try:
+            servers = json.loads(self.servers or "{}")
+        except ValueError:
+            servers = None
+        schemes = ("http://", "https://", "ws://", "wss://")
+        if not isinstance(servers, dict) or not all(
+            isinstance(a, str) and a.startswith(schemes) for a in servers.values()
+        ):
+            raise ConfigError(f"env.servers: {self.servers!r} is not a JSON object of "
+                              'environment names to server addresses; write e.g. '
+                              '{"world": "http://10.0.0.5:8000"}')  # fmt: skip
 
     def option(self, name: str, default=None):
         return json.loads(self.options or "{}").get(name, default)
+
+    def server_of(self, name: str) -> str:
+        """The OpenEnv server that plays environment `name` (env.servers), else `name`."""
+        return json.loads(self.servers or "{}").get(name, name)
 
 
 @dataclass

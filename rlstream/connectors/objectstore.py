@@ -178,3 +178,36 @@ def experience_object(run_id: str, policy_version: int, request_id: str) -> str:
 
 def checkpoint_prefix(run_id: str) -> str:
     return f"{run_id}/checkpoints/"
+
+
+POLICY_META = "rlstream.json"
+"""beside a policy version's Hugging Face files (version and context length); written last, so
+a version without it is an upload a crash cut short"""
+
+
+def policy_prefix(run_id: str, version: int) -> str:
+    return f"{run_id}/policies/version={version:06d}/"
+
+
+def stored_versions(store: ObjectStore, run_id: str) -> dict[int, str]:
+    """The run's complete policy versions in the object store: version -> its s3:// uri (an
+    upload a crash cut short has no rlstream.json, written last)."""
+    found = {}
+    for name in store.list(f"{run_id}/policies/version="):
+        _, _, head, file = name.split("/", 3)  # <run>/policies/version=NNNNNN/<file>
+        if file == POLICY_META:
+            found[int(head.removeprefix("version="))] = (
+                f"s3://{store.bucket}/{run_id}/policies/{head}/"
+            )
+    return found
+
+
+def download_policy(store: ObjectStore, uri: str, directory: str | Path) -> Path:
+    """The version at `uri` (s3://bucket/<prefix>) as a local Hugging Face directory."""
+    prefix = uri.split("/", 3)[3]
+    names = store.list(prefix)
+    if not names:
+        raise FileNotFoundError(f"no policy version under {uri}")
+    for name in names:
+        store.get_file(name, Path(directory) / name.removeprefix(prefix))
+    return Path(directory)

@@ -85,12 +85,12 @@ def open_environment(name: str, settings: EnvConfig, prompt=None) -> Environment
     """An environment for one episode, made with the run's settings; a prompt whose row has
     an `env_options` column (a JSON object) overrides env.options for its own episodes, so a
     dataset can hold one task under several environment settings for the samplers and the
-    curriculum to choose among."""
+    curriculum to choose among. An environment env.servers names plays on that server."""
     own = prompt_env_options(prompt) if prompt is not None else {}
     if own:
         merged = json.loads(settings.options or "{}") | own
         settings = replace(settings, options=json.dumps(merged))
-    return environment_class(name)(settings)
+    return environment_class(settings.server_of(name))(settings)
 
 
 def prompt_env_options(prompt) -> dict:

@@ -1,8 +1,10 @@
-"""An LLM as the user: a language model (any local Hugging Face model directory, e.g. a policy
-version written by `rlstream export`) plays the user the policy talks to.
+"""An LLM as the user: a language model (any local Hugging Face model directory, or a frozen
+policy version of a run in the object store) plays the user the policy talks to.
 
 Options (`env.options`, or a prompt row's `env_options`):
-  user_model           the model directory (required)
+  user_model           the model directory, or `policy:RUN_ID@VERSION` (a policy version the
+                       run published, read from the object store once per process;
+                       `policy:RUN_ID` is its newest stored version when first read) (required)
   user_instructions    what the user is told before the dialogue; `{text}` and `{answer}` are
                        the prompt's (default: "You know the answer is {answer}. Answer the
                        assistant's questions about it without saying it.")
@@ -16,8 +18,12 @@ is answered by the user model, on one line of its own.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import shutil
+import tempfile
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 from rlstream.config import EnvConfig
 from rlstream.environments.base import Step
@@ -28,14 +34,40 @@ INSTRUCTIONS = ("You know the answer is {answer}. Answer the assistant's questio
 _lock = threading.Lock()  # one generation at a time per process: the model is shared
 
 
+POLICY = "policy:"
+
+
 @lru_cache(maxsize=4)
-def user_model(directory: str):
-    """(model, tokenizer) of a local model directory, loaded once per process."""
+def user_model(spec: str):
+    """(model, tokenizer) of a local model directory or a stored policy version, loaded once
+    per process."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    directory = frozen_policy(spec) if spec.startswith(POLICY) else spec
     tok = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForCausalLM.from_pretrained(directory).eval()
     return model, tok
+
+
+def frozen_policy(spec: str) -> str:
+    """`policy:RUN_ID@VERSION` (or `policy:RUN_ID`, the newest) -> a local copy of that policy
+    version (a Hugging Face directory), from the object store of the stack in the environment.
+    ValueError names the versions there are."""
+    from rlstream.connectors.endpoints import Endpoints
+    from rlstream.connectors.objectstore import ObjectStore, download_policy, stored_versions
+
+    run_id, _, version = spec.removeprefix(POLICY).partition("@")
+    store = ObjectStore(Endpoints.from_env())
+    stored = stored_versions(store, run_id)
+    if not stored:
+        raise ValueError(f"user_model {spec!r}: run {run_id!r} has no policy versions stored")
+    chosen = max(stored) if not version else int(version) if version.isdigit() else None
+    if chosen not in stored:
+        raise ValueError(f"user_model {spec!r}: write policy:{run_id}@VERSION with one of "
+                         f"{', '.join(map(str, sorted(stored)))}")  # fmt: skip
+    directory = Path(tempfile.mkdtemp(prefix="llm-user-"))
+    atexit.register(shutil.rmtree, directory, True)
+    return str(download_policy(store, stored[chosen], directory))
 
 
 class LLMUser:

@@ -117,7 +117,7 @@ def openenv_app(name: str, settings: EnvConfig, max_sessions: int = 64):
 
         def __init__(self):
             super().__init__()
-            self.inner = open_environment(name, settings)
+            self.inner = None
             self._state = State(step_count=0)
 
         async def reset_async(self, seed=None, episode_id=None, prompt: dict | None = None,
@@ -125,10 +125,16 @@ def openenv_app(name: str, settings: EnvConfig, max_sessions: int = 64):
             if not prompt:
                 raise ValueError("reset needs the episode's prompt: reset(prompt={...})")
             self._state = State(episode_id=episode_id, step_count=0)
-            text = await self.inner.reset(prompt_of_row(prompt))
+            if self.inner is not None:
+                await self.inner.close()
+            task = prompt_of_row(prompt)  # made per episode: a row's env_options apply here too
+            self.inner = open_environment(name, settings, task)
+            text = await self.inner.reset(task)
             return TextObservation(text=text, done=False, reward=0.0)
 
         async def step_async(self, action, timeout_s=None, **kwargs):
+            if self.inner is None:
+                raise ValueError("step before reset: reset(prompt={...}) starts an episode")
             step = checked_step(await self.inner.step(action.message))
             self._state.step_count += 1
             return TextObservation(text=step.observation, done=step.done, reward=step.reward,

@@ -15,38 +15,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-from pathlib import Path
 
 from minio.error import S3Error
 
 from rlstream import metrics
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer
-from rlstream.connectors.objectstore import ObjectStore
+from rlstream.connectors.objectstore import (  # noqa: F401  (the policy layout's home)
+    POLICY_META,
+    ObjectStore,
+    download_policy,
+    policy_prefix,
+    stored_versions,
+)
 from rlstream.connectors.reading import follow_run
 from rlstream.schemas import get, rows_to_batch
 from rlstream.trainers.lm import prepare_transformers
-from rlstream.trainers.policy import POLICY_META, Policy, load_policy, save_policy
+from rlstream.trainers.policy import Policy, load_policy, save_policy
 
 log = logging.getLogger(__name__)
 POLICY_VERSIONS = get("policy_versions")
-
-
-def policy_prefix(run_id: str, version: int) -> str:
-    return f"{run_id}/policies/version={version:06d}/"
-
-
-def stored_versions(store: ObjectStore, run_id: str) -> dict[int, str]:
-    """The run's complete policy versions in the object store: version -> its s3:// uri (an
-    upload a crash cut short has no rlstream.json, written last)."""
-    found = {}
-    for name in store.list(f"{run_id}/policies/version="):
-        _, _, head, file = name.split("/", 3)  # <run>/policies/version=NNNNNN/<file>
-        if file == POLICY_META:
-            found[int(head.removeprefix("version="))] = (
-                f"s3://{store.bucket}/{run_id}/policies/{head}/"
-            )
-    return found
 
 
 def kept_for_good(version: int, every: int) -> bool:
@@ -92,17 +80,6 @@ def upload_policy(store: ObjectStore, prefix: str, policy: Policy) -> None:
         )
         for path in files:
             store.put_file(prefix + path.name, path)
-
-
-def download_policy(store: ObjectStore, uri: str, directory: str | Path) -> Path:
-    """The version at `uri` (s3://bucket/<prefix>) as a local Hugging Face directory."""
-    prefix = uri.split("/", 3)[3]
-    names = store.list(prefix)
-    if not names:
-        raise FileNotFoundError(f"no policy version under {uri}")
-    for name in names:
-        store.get_file(name, Path(directory) / name.removeprefix(prefix))
-    return Path(directory)
 
 
 def preload() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from rlstream.config import EnvConfig
+from rlstream.connectors.objectstore import POLICY_META
 from rlstream.trainers.envs import Prompt, verify
 from rlstream.trainers.lm import (
     CausalLM,
@@ -131,9 +132,6 @@ def to_experience(
         masks,
         turns,
     )
-
-
-POLICY_META = "rlstream.json"  # beside the Hugging Face files: version and context length
 
 
 def save_policy(policy: Policy, directory: str | Path) -> Path:

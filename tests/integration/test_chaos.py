@@ -1,8 +1,8 @@
 """The chaos suite's short form: `rlstream chaos` runs the real loop on its own embedded stack
 and injects one fault of every kind — SIGKILL of the trainer (also mid-checkpoint), the
 scheduler, the processors and a rollout worker; SIGSTOP of a rollout worker past its session
-timeout; the S3 server stopped and restarted; Qdrant unavailable — then audits the run by
-event id. `kill:broker` (a durable stack) is left to the benchmark: once in about a dozen broker
+timeout; the S3 server stopped and restarted; Qdrant unavailable; the environment server the
+calculator's episodes play on SIGKILLed and restarted — then audits the run by event id. `kill:broker` (a durable stack) is left to the benchmark: once in about a dozen broker
 kills the run's own live view stopped following the topics (the loop trained on), and the run
 then timed out waiting for a recovery it could not see. This replaced one run per killed
 process; the processors' kill is the regression test of the half-joined groups a restarted
@@ -36,6 +36,7 @@ def chaos_run(tmp_path_factory):
         "--rl-steps", str(STEPS), "--s3-down-s", "5", "--qdrant-down-s", "12", "--until", "faults",
         "--run-id", "chaos-it", "--out", str(out),
         "--summary", str(summary), *SMALL, "--set", "checkpoint.every=2",
+        "--set", "data.tasks=add,sub,calc", "--env-down-s", "4",
         timeout=1500, check=False,
     )  # fmt: skip
     assert summary.exists(), result.stdout[-3000:] + result.stderr[-3000:]
@@ -66,6 +67,19 @@ def test_every_kind_of_fault_is_injected_and_recovered_from(chaos_run):
     assert "| kill:trainer@checkpoint | trainer |" in result.stdout  # the fault table
     (qdrant,) = [f for f in run["fault_log"] if f["kind"] == "qdrant-down"]
     assert qdrant["calls_refused"] >= 1  # the outage lasted until the scheduler felt it
+    (env,) = [f for f in run["fault_log"] if f["kind"] == "kill:env"]
+    assert env["environment"] == "calculator" and env["target"] == "env"
+
+
+def test_a_killed_environment_server_fails_its_episodes_and_none_is_trained(chaos_run):
+    """The calculator's episodes played on the server chaos owns (env.servers): those it was
+    playing, and those begun while it was down, failed and were dead-lettered; their groups are
+    accounted env_failed (never trained), and the server's restart let the loop go on."""
+    figures, run_dir, _ = chaos_run
+    (run,) = figures["runs"]
+    assert run["groups_by_outcome"].get("env_failed", 0) >= 1
+    logs = [p.read_text() for p in (run_dir / "logs").glob("env-calculator-*.log")]
+    assert len(logs) == 2  # started, then started again after the kill
 
 
 def _consumer_lines(run_dir) -> list[str]:

@@ -141,6 +141,39 @@ def test_a_users_model_trains_in_the_live_loop_and_exports_for_transformers(
     assert missing.returncode == 2 and "--version 999" in missing.stderr
 
 
+def test_a_frozen_policy_version_of_the_run_plays_the_llm_user(watched, tmp_path):
+    """`user_model: policy:RUN@VERSION` reads that version from the object store: the user it
+    plays answers as the same version exported to a directory does (greedy, so exactly)."""
+    import asyncio
+
+    from rlstream.config import EnvConfig
+    from rlstream.environments.llm_user import LLMUser
+    from rlstream.trainers.envs import Prompt
+
+    store = ObjectStore(Endpoints.from_env())
+    version = min(stored_versions(store, RUN))
+    exported = tmp_path / "frozen"
+    cli("export", RUN, "--out", str(exported), "--runs", str(watched.out),
+        "--version", str(version))  # fmt: skip
+    prompt = Prompt("p", "037+085=", "exact", 0, "122", environment="llm-user")
+
+    def reply(user_model: str):
+        options = {"user_model": user_model, "user_max_new_tokens": 6}
+        user = LLMUser(EnvConfig(max_turns=3, options=json.dumps(options)))
+
+        async def play():
+            await user.reset(prompt)
+            return await user.step("is it 100?")
+
+        return asyncio.run(play())
+
+    frozen = reply(f"policy:{RUN}@{version}")
+    assert not frozen.done and frozen.observation.endswith("\n")
+    assert frozen.observation == reply(str(exported)).observation
+    with pytest.raises(ValueError, match=f"policy:{RUN}@VERSION with one of"):
+        reply(f"policy:{RUN}@999")
+
+
 def test_no_secret_reaches_a_file_a_metrics_page_or_a_command_line(watched):
     endpoints = Endpoints.from_env()
     secrets = [endpoints.s3_secret_key, endpoints.s3_access_key, PASSWORD]

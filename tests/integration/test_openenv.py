@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -128,6 +129,42 @@ def test_an_openenv_client_plays_an_episode_with_rlstream_env_serve(served_calcu
     assert called.observation == {"text": "48\n"} and not called.done and called.reward == 0.0
     assert answered.done and answered.reward == 1.0
     assert wrong.done and wrong.reward == 0.0
+
+
+def test_env_servers_plays_a_named_environment_on_its_server_with_each_rows_options(tmp_path):
+    """env.servers sends the episodes of prompts that name `world` to `rlstream env serve
+    world`, with no change to the rows; a row's own env_options reach the served world."""
+    from rlstream.config import EnvConfig
+    from rlstream.environments.base import open_environment
+    from rlstream.environments.openenv import OpenEnvSession
+    from rlstream.trainers.envs import Prompt, get_task
+
+    port, log = free_port(), tmp_path / "world.log"
+    server = start([*RLSTREAM, "env", "serve", "world", "--port", str(port)], log)
+    try:
+        wait_for_port(port, server, log)
+        settings = EnvConfig(servers=json.dumps({"world": f"http://127.0.0.1:{port}"}))
+        walks = (get_task("walk").generate(random.Random(seed), 1) for seed in range(100))
+        # a walk up, away from the bottom cell: a step "+" lands one up, a slipped one one down
+        walk = next(w for w in walks if 0 < int(w.text.split()[2]) < int(w.answer) - 1)
+        slippery = Prompt(**(walk.to_row() | {"metadata": json.dumps(
+            {"env_options": {"slip": 1.0}})}))  # fmt: skip
+
+        async def first_step(prompt):
+            env = open_environment("world", settings, prompt)
+            assert isinstance(env, OpenEnvSession)  # played on the server, not in process
+            await env.reset(prompt)
+            step = await env.step("+")
+            await env.close()
+            return step
+
+        start_cell = int(walk.text.split()[2])
+        plain, slipped = asyncio.run(first_step(walk)), asyncio.run(first_step(slippery))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert not plain.done and plain.observation.strip() == str(start_cell + 1)
+    assert not slipped.done and slipped.observation.strip() == str(start_cell - 1)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,15 @@ from collections import Counter
 
 import pytest
 
-from rlstream.ops.reliability.chaos import FAULT_KINDS, ChaosArgs, schedule
+from rlstream.config import Config, with_values
+from rlstream.ops.reliability.chaos import (
+    FAULT_KINDS,
+    ChaosArgs,
+    ChaosError,
+    default_kinds,
+    environment_of,
+    schedule,
+)
 from rlstream.ops.reliability.chaos_figures import combine, mtbf, survived
 
 
@@ -23,6 +31,16 @@ def test_the_schedule_cycles_every_kind_evenly_and_is_seeded():
     assert targets["kill:rollouts"] | targets["stop:rollouts"] == {"rollouts-1", "rollouts-2"}
     assert targets["kill:trainer@checkpoint"] == {"trainer"}
     assert targets["s3-down"] == {"s3"} and targets["qdrant-down"] == {"qdrant"}
+    assert targets["kill:env"] == {"env"}
+
+
+def test_kill_env_applies_where_the_runs_tasks_play_an_environment():
+    plain = Config()  # add,sub: single-turn tasks, no environment to kill
+    assert "kill:env" not in default_kinds(plain)
+    with pytest.raises(ChaosError, match="data.tasks=add,sub,calc"):
+        environment_of(plain)
+    mixed = with_values(Config(), **{"data.tasks": "add,guess@1,calc"})
+    assert environment_of(mixed) == "user" and default_kinds(mixed) == FAULT_KINDS
 
 
 def _run(**over) -> dict:

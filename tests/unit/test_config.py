@@ -93,6 +93,8 @@ def test_a_set_without_a_value_is_an_error():
         ("data.flaw_rate=2", "data.flaw_rate"),
         ("rl.group_size=1", "rl.group_size"),
         ("rl.reward_rules=/no/such/rules.json", "rl.reward_rules"),
+        ('env.servers={"world": "10.0.0.5:8000"}', "env.servers"),
+        ("env.servers=[1]", "env.servers"),
     ],
 )
 def test_bad_values_name_the_field(item, field):

@@ -21,6 +21,11 @@ one at a time, each after the loop recovered from the one before:
   qdrant-down
       the vector store unavailable for `qdrant_down_s` (a failpoint, `connectors/faults.py`:
       the embedded Qdrant lives inside the scheduler process).
+  kill:env
+      SIGKILL of the environment server, restarted on its port after `env_down_s`: with this
+      kind scheduled, the run's environment (of its data.tasks families) plays its episodes on
+      an `rlstream env serve` the chaos run owns (`env.servers`). Episodes it was playing fail
+      (env_closed), are dead-lettered and never trained; their groups are accounted env_failed.
 
 Recovery time is from the fault (the kill; the start of an outage or a freeze) to the next
 trained step after the faulted process works again: its own work counter on its metrics
@@ -49,6 +54,7 @@ import os
 import random
 import signal
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -64,6 +70,7 @@ from rlstream.ops.reliability.chaos_figures import (
     survived,
     unrecovered,
 )
+from rlstream.ops.stack.envserver import EnvServer
 from rlstream.schemas import get
 
 log = logging.getLogger(__name__)
@@ -71,7 +78,9 @@ log = logging.getLogger(__name__)
 PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
                   "kill:processors", "kill:rollouts", "stop:rollouts")  # fmt: skip
 STORE_FAULTS = ("kill:broker", "s3-down", "qdrant-down")
-FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS
+SERVER_FAULTS = ("kill:env",)  # a server of the run that is not one of its processes
+FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS + SERVER_FAULTS
+OUTSIDE = ("broker", "s3", "qdrant", "env")  # targets that are not processes of the run
 UNTIL = {
     "steps": "the run trains all its rl.steps, faults spread evenly over them",
     "faults": "faults one after another; once the last recovered and tail_steps more steps are "
@@ -94,6 +103,7 @@ class ChaosArgs:
     s3_down_s: float = 30.0
     broker_down_s: float = 5.0
     qdrant_down_s: float = 30.0
+    env_down_s: float = 5.0
     warmup_steps: int = 2  # RL steps before the first fault
     tail_steps: int = 3  # steps left fault-free at the end
     until: str = "steps"  # "steps": the run trains all rl.steps; "faults": see UNTIL
@@ -119,6 +129,29 @@ class Fault:
     @property
     def after_lifted_s(self) -> float | None:
         return None if self.recovered is None else round(self.recovered - self.lifted, 2)
+
+
+def environment_of(cfg: Config) -> str:
+    """The environment the run's prompts play (of its first data.tasks family that plays one),
+    for `kill:env`; ChaosError when they play none."""
+    from rlstream.trainers.envs import TaskMix, get_task
+
+    if not cfg.data.prompts:
+        for name in TaskMix.parse(cfg.data.tasks).weights:
+            if played := getattr(get_task(name), "environment", ""):
+                return played
+    raise ChaosError("kill:env: the run's prompts play no environment; give it a task family "
+                     "that does, e.g. --set data.tasks=add,sub,calc")  # fmt: skip
+
+
+def default_kinds(cfg: Config) -> tuple[str, ...]:
+    """Every kind that applies to the run: `kill:env` only where its prompts play an
+    environment."""
+    try:
+        environment_of(cfg)
+    except ChaosError:
+        return PROCESS_FAULTS + STORE_FAULTS
+    return FAULT_KINDS
 
 
 def schedule(args: ChaosArgs, workers: int) -> list[Fault]:
@@ -200,10 +233,12 @@ def work_done(run_dir: Path, name: str) -> float | None:
 class Injector:
     """Injects one fault and lifts it; owns the stack it can take servers out of."""
 
-    def __init__(self, stack, run_pid: int, run_dir: Path, cfg: Config, args: ChaosArgs):
+    def __init__(self, stack, run_pid: int, run_dir: Path, cfg: Config, args: ChaosArgs,
+                 env_server: EnvServer | None = None):  # fmt: skip
         self.stack, self.run_pid, self.run_dir, self.cfg, self.args = (
             stack, run_pid, run_dir, cfg, args
         )  # fmt: skip
+        self.env_server = env_server
         self.faults_dir = run_dir / "faults"
         self.faults_dir.mkdir(parents=True, exist_ok=True)
 
@@ -212,6 +247,12 @@ class Injector:
             fault.detail = self._kill_during_checkpoint()
         elif fault.kind == "kill:broker":
             self._outage(fault, "tansu", self.stack.kill_server, self.args.broker_down_s)
+        elif fault.kind == "kill:env":
+            fault.injected = time.time()
+            self.env_server.kill()
+            time.sleep(self.args.env_down_s)
+            self.env_server.start()
+            fault.detail = {"down_s": self.args.env_down_s, "environment": self.env_server.name}
         elif fault.kind.startswith("kill:"):
             fault.injected = time.time()
             os.kill(pid_of(self.run_pid, fault.target), signal.SIGKILL)
@@ -289,6 +330,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     bad = [k for k in args.kinds if k not in FAULT_KINDS]
     if bad:
         raise ChaosError(f"unknown fault kind {bad[0]!r}; kinds: {', '.join(FAULT_KINDS)}")
+    played = environment_of(cfg) if "kill:env" in args.kinds else ""
     run_dir = (out_root / cfg.run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     faults = schedule(args, cfg.loop.rollout_workers)
@@ -297,7 +339,11 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     home = run_dir / "home"  # no other stack's endpoints.json may be read by the run
     home.mkdir(exist_ok=True)
     durable = "kill:broker" in {f.kind for f in faults}  # a restarted broker keeps its log
-    with EmbeddedStack(run_dir / "stack", durable=durable) as stack:
+    served = EnvServer(played, run_dir / "logs", cfg.env.options) if played else nullcontext()
+    with EmbeddedStack(run_dir / "stack", durable=durable) as stack, served as env_server:
+        if env_server is not None:  # the run plays its environment on the server chaos owns
+            servers = json.loads(cfg.env.servers or "{}") | {played: env_server.address}
+            cfg = replace(cfg, env=replace(cfg.env, servers=json.dumps(servers)))
         env = os.environ | stack.endpoints.as_env()
         env |= {
             "RLSTREAM_HOME": str(home),
@@ -308,7 +354,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
             f"{len({f.kind for f in faults})} kinds, seed {args.seed}")  # fmt: skip
         started = time.time()
         with ChildRun(cfg, out_root, env, "chaos") as run:
-            injector = Injector(stack, run.pid, run_dir, cfg, args)
+            injector = Injector(stack, run.pid, run_dir, cfg, args, env_server)
             _inject_all(run, injector, faults, cfg, args, say)
             if args.until == "faults":
                 _stop_after(run, args, say)
@@ -414,7 +460,7 @@ def _one_fault(run: ChildRun, injector: Injector, fault: Fault, args, say) -> No
     """Inject `fault`, then wait until the faulted process works again and a step is trained."""
     live = run.live
     fault.step = live.step()
-    store_fault = fault.target in ("broker", "s3", "qdrant")
+    store_fault = fault.target in OUTSIDE
     if not store_fault:
         wait_for(lambda: live.running(fault.target), args.recovery_timeout_s,
                  f"{fault.target} to be running", live, say)  # fmt: skip
