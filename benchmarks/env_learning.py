@@ -27,6 +27,7 @@ ARMS = {
     "guess": ["--set", "data.tasks=guess@1", "--set", "env.max_turns=6"],
     "walk": ["--set", "data.tasks=walk", "--set", "selection.curriculum=0.6",
              "--set", "model.block_size=48", "--set", "env.max_turns=9"],
+    "python": ["--set", "data.tasks=pymul", "--set", "model.block_size=48"],
     "fn": ["--set", "data.tasks=fn"],
 }
 COMMON = ["--sampler", "uniform", "--set", "eval.prompts=64", "--set", "eval.interval=10"]

@@ -267,3 +267,30 @@ def test_with_a_chat_template_each_answer_is_a_user_turn_and_logprobs_still_matc
         mask = b["mask"].bool()
         assert int(mask.sum()) == sum(e.loss_mask)
         torch.testing.assert_close(logp[mask], b["old_logp"][mask], atol=1e-4, rtol=1e-4)
+
+
+def test_pymul_worked_documents_are_what_the_python_tool_answers():
+    """The `pymul` family's worked episodes, replayed against the Python tool in the sandbox:
+    what each call printed is the next line of the document, and the answer earns 1."""
+    import random
+
+    from rlstream.environments.python import PythonTool
+    from rlstream.trainers.envs import get_task
+
+    family = get_task("pymul")
+
+    async def replay(prompt):
+        tool = PythonTool(EnvConfig())
+        await tool.reset(prompt)
+        call, printed, answer = family.transcript(prompt, flawed=False).split("\n")
+        seen = await tool.step(call)
+        return seen, printed, await tool.step(answer)
+
+    for seed in range(3):
+        prompt = family.generate(random.Random(seed), 1 + seed)
+        assert prompt.environment == "python"
+        seen, printed, final = asyncio.run(replay(prompt))
+        assert seen.observation == printed + "\n" and seen.info["tool_call"]
+        assert final.done and final.reward == 1.0
+    flawed = family.generate(random.Random(7), 2)
+    assert family.transcript(flawed, flawed=True) != flawed.answer

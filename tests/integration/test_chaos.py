@@ -1,13 +1,13 @@
-"""The chaos suite's short form: `rlstream chaos` runs the real loop on its own embedded stack
-and injects one fault of every kind — SIGKILL of the trainer (also mid-checkpoint), the
-scheduler, the processors and a rollout worker; SIGSTOP of a rollout worker past its session
-timeout; the S3 server stopped and restarted; Qdrant unavailable; the environment server the
-calculator's episodes play on SIGKILLed and restarted — then audits the run by event id. `kill:broker` (a durable stack) is left to the benchmark: once in about a dozen broker
-kills the run's own live view stopped following the topics (the loop trained on), and the run
-then timed out waiting for a recovery it could not see. This replaced one run per killed
-process; the processors' kill is the regression test of the half-joined groups a restarted
-assembler lost (its changelog writes had not reached the broker when its offsets were
-committed)."""
+"""The chaos suite's short form: `rlstream chaos` runs the real loop on its own embedded stack and
+injects one fault of every kind — SIGKILL of the trainer (also mid-checkpoint), the scheduler,
+the processors and a rollout worker; SIGSTOP of a rollout worker past its session timeout; the
+S3 server stopped and restarted; Qdrant unavailable; the environment server the calculator's
+episodes play on SIGKILLed and restarted — then audits the run by event id. `kill:broker` (a
+durable stack) is left to the benchmark: once in about a dozen broker kills the run's own live
+view stopped following the topics (the loop trained on), and the run then timed out waiting for
+a recovery it could not see. This replaced one run per killed process; the processors' kill is
+the regression test of the half-joined groups a restarted assembler lost (its changelog writes
+had not reached the broker when its offsets were committed)."""
 
 from __future__ import annotations
 

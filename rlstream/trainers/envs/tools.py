@@ -10,6 +10,9 @@ cannot multiply three digits by two in its head; with the tool it only has to ca
 the result. Its pre-training documents are whole episodes: a worked one calls the tool and
 copies the result (`?123*45`, `5535`, `5535`); a flawed one answers at once with a systematic
 mistake (the second operand's units digit dropped), the habit RL has to unlearn.
+
+`pymul`: the same products with the Python tool in the sandbox (`environments.python`): a
+worked document runs `!print(123*45)` and copies what it printed.
 """
 
 from __future__ import annotations
@@ -58,6 +61,19 @@ class CalculatorMultiplication:
             return flawed_answer
         a, b = _operands(prompt)
         return f"?{a}*{b}\n{a * b}\n{prompt.answer}"
+
+
+@dataclass
+class PythonMultiplication(CalculatorMultiplication):
+    name: str = "pymul"
+    environment: str = "python"
+
+    def transcript(self, prompt: Prompt, flawed: bool) -> str:
+        flawed_answer = self.flawed_answer(prompt) if flawed else None
+        if flawed_answer is not None:
+            return flawed_answer
+        a, b = _operands(prompt)
+        return f"!print({a}*{b})\n{a * b}\n{prompt.answer}"
 
 
 HIGHER, LOWER = "higher", "lower"  # the simulated user's hints (environments.user)
@@ -112,4 +128,5 @@ class GuessTheNumber:
 
 
 register_task(CalculatorMultiplication())
+register_task(PythonMultiplication())
 register_task(GuessTheNumber())
