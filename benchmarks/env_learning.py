@@ -25,8 +25,16 @@ ARMS = {
     "calc": ["--set", "data.tasks=calc"],
     "calc-no-tool": ["--set", "data.tasks=calc", "--set", 'env.options={"tool": false}'],
     "guess": ["--set", "data.tasks=guess@1", "--set", "env.max_turns=6"],
-    "walk": ["--set", "data.tasks=walk", "--set", "selection.curriculum=0.6",
-             "--set", "model.block_size=48", "--set", "env.max_turns=9"],
+    "walk": [
+        "--set",
+        "data.tasks=walk",
+        "--set",
+        "selection.curriculum=0.6",
+        "--set",
+        "model.block_size=48",
+        "--set",
+        "env.max_turns=9",
+    ],
     "python": ["--set", "data.tasks=pymul", "--set", "model.block_size=48"],
     "fn": ["--set", "data.tasks=fn"],
 }
