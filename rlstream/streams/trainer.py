@@ -82,6 +82,11 @@ LEDGER_SCHEMA = pa.schema([
 ])  # fmt: skip
 
 
+PROGRESS_EVERY = 20
+"""pre-training steps between loss figures on the events (and the first step's: the run's
+start-up ends there); validation figures come at every pretrain.eval_interval"""
+
+
 class EnvironmentBroken(RuntimeError):
     """env.max_failed_groups groups in a row had an episode whose environment failed."""
 
@@ -263,6 +268,7 @@ class StreamTrainer:
             prom.TRAINER_STEPS.labels("pretrain").inc()
             if "val_loss" in row:
                 log.info("pretrain step %d val_loss %.4f", st.pre_step, row["val_loss"])
+            if "val_loss" in row or st.pre_step == 1 or st.pre_step % PROGRESS_EVERY == 0:
                 await self.emit_metrics(producer, "pretrain", st.pre_step, row)
         self.pretrain_eval = await self.emit_eval(producer, "pretrain")
         self.pretrain_eval.pop("pass_rates", None)

@@ -30,6 +30,7 @@ TRACK_EVERY_S = 5.0  # MLflow: new eval and training figures are sent this often
 
 def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600) -> dict:
     """Seed, supervise until the trainer is done, collect figures, write the report."""
+    started = time.monotonic()
     from rlstream.connectors.objectstore import ObjectStore
     from rlstream.ops.launcher.datapath import how_to_continue, stack_or_endpoints
     from rlstream.ops.launcher.report import write_report
@@ -45,7 +46,6 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     cfg_path = cfg.write(out / "config.json")
     (out / "config.yaml").write_text(show(cfg))
     tracker = open_tracker(cfg, out)
-    started = time.monotonic()
     with stack_or_endpoints(out / "stack", cfg.loop.durable_stack) as (endpoints, embedded):
         seeded = asyncio.run(seed_topics(endpoints, cfg, out))
         watcher = RunWatcher(endpoints, cfg.run_id).start()
@@ -104,7 +104,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 "embedded_stack": embedded,
                 "restarts": {c.name: c.restarts for c in sup.children if c.restarts},
                 "wall_s": round(time.monotonic() - started, 1),
-                "startup_s": tracked["startup_s"],  # launch -> the first pre-training figures
+                "startup_s": tracked["startup_s"],  # launch -> pre-training's first step
             }
             | scheduler_figures(watcher.view.evals)
         )
