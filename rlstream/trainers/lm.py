@@ -134,7 +134,14 @@ class Tokenizer:
         for text in texts:
             if self.unknown(text):
                 self.encode(text)  # raises, naming the character
-        return self.hf(texts, add_special_tokens=False)["input_ids"] if texts else []
+        if not texts:
+            return []
+        backend = getattr(self.hf, "backend_tokenizer", None)
+        if backend is not None and backend.truncation is None and backend.padding is None:
+            # the Rust tokenizer itself: the same ids as the call below without transformers'
+            # per-text conversion (half the time of a 100k-document corpus)
+            return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+        return self.hf(texts, add_special_tokens=False)["input_ids"]
 
     def encode_documents(self, docs: list[str]) -> list[list[int]]:
         """Pre-training documents, each ending in EOS (a newline). A tokenizer that cannot

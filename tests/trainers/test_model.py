@@ -16,6 +16,19 @@ def test_tokenizer_round_trip(text):
     assert len(TOK.encode(text)) == len(text)  # one token per character
 
 
+def test_batch_encoding_equals_one_text_at_a_time_for_char_and_bpe_tokenizers():
+    """encode_batch goes to the Rust tokenizer directly: the ids are what transformers' own
+    call gives, text by text, for both kinds of tokenizer (and documents end in EOS)."""
+    texts = ["012+034=046", "", "12*4=?12*4\n48\n48", "a b  c", "#123 at 3 to 7:"]
+    bpe = Tokenizer.bpe(texts * 50, 300)
+    for tok in (Tokenizer.char(), bpe):
+        expected = [tok.hf.encode(t, add_special_tokens=False) for t in texts]
+        assert tok.encode_batch(texts) == expected
+        assert tok.hf(texts, add_special_tokens=False)["input_ids"] == expected
+        end = tok.encode(EOS)[-1]  # the char tokenizer's EOS; a byte-level BPE's newline
+        assert [d[-1] for d in tok.encode_documents([t + EOS for t in texts])] == [end] * 5
+
+
 def test_tokenizer_rejects_unknown_characters():
     with pytest.raises(ValueError, match="not in the tokenizer"):
         TOK.encode("caf\u00e9")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -36,7 +36,7 @@ class Prompt:
     def to_row(self) -> dict:
         """The prompt as a plain dict (prompt_id, text, task, difficulty, answer, verifier,
         metadata and environment where there are some)."""
-        row = asdict(self)
+        row = dict(vars(self))  # every field is a plain value: no deep copy (asdict) needed
         for optional in ("metadata", "environment"):
             if not row[optional]:
                 del row[optional]

@@ -12,7 +12,8 @@ copies the result (`?123*45`, `5535`, `5535`); a flawed one answers at once with
 mistake (the second operand's units digit dropped), the habit RL has to unlearn.
 
 `pymul`: the same products with the Python tool in the sandbox (`environments.python`): a
-worked document runs `!print(123*45)` and copies what it printed.
+worked document runs `!print(123*45)` and copies what it printed (a policy turn of 14 tokens:
+raise rl.max_new_tokens to 16 and model.block_size to 48).
 """
 
 from __future__ import annotations
