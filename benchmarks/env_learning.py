@@ -35,8 +35,14 @@ ARMS = {
         "--set",
         "env.max_turns=9",
     ],
-    "python": ["--set", "data.tasks=pymul", "--set", "model.block_size=48",
-               "--set", "rl.max_new_tokens=16"],  # a turn as long as !print(123*45)
+    "python": [
+        "--set",
+        "data.tasks=pymul",
+        "--set",
+        "model.block_size=48",
+        "--set",
+        "rl.max_new_tokens=16",
+    ],  # a turn as long as !print(123*45)
     "fn": ["--set", "data.tasks=fn"],
 }
 COMMON = ["--sampler", "uniform", "--set", "eval.prompts=64", "--set", "eval.interval=10"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
@@ -37,45 +36,38 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import torch
 
 from rlstream import metrics as prom
 from rlstream import sandbox
 from rlstream.config import Config
-from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.connectors.kafka import EventProducer, consumer
+from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
-from rlstream.schemas import DecodeError, decode, get, make_event_id, rows_to_batch
+from rlstream.schemas import get, make_event_id, rows_to_batch
 from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 from rlstream.streams.experience_checks import (
-    UntrainableRow,
     VersionWindow,
-    due,
     ledger_prefix,
-    untrainable,
 )
 from rlstream.streams.policystore import PolicyPruner, publish_policy
-from rlstream.streams.trainer_data import eval_rows, feed_corpus, follow_fed_back, load_dataset
+from rlstream.streams.trainer_data import eval_rows, load_dataset
+from rlstream.streams.trainer_rl import rl
 from rlstream.streams.trainer_summary import summarize
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
 from rlstream.trainers.core import TrainState, pretrain_step, rl_update
 from rlstream.trainers.datasets import usable
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
-from rlstream.trainers.experience import keep_rows_of_run
 from rlstream.trainers.pretrain import Corpus
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
 CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
-EXPECTED = (EXPERIENCE.name,)  # what rl.experience.v2 carries
 CHECKPOINT_SIZES_KEPT = 200  # (step, bytes) pairs in the summary (older ones thinned)
 PROMPTS = get("prompts")
-POLL_MS = 100  # experience fetch wait while a batch fills
-DEMAND_REFRESH_S = 2.0  # re-announce the groups consumed so the scheduler's pacing stays fresh
-REFILL_SIGNAL_S = 0.2  # after filtered groups, tell the scheduler at most this often
 LEDGER_SCHEMA = pa.schema([
     ("request_id", pa.string()), ("outcome", pa.string()), ("rl_step", pa.int64()),
     ("policy_version", pa.int64()), ("event_ids", pa.list_(pa.string())),
@@ -246,6 +238,7 @@ class StreamTrainer:
         counted (`refused` in the summary): a user's data never raises inside the trainer."""
         cfg, tok = self.cfg, self.state.tok
         for waited in itertools.count():
+            started = time.monotonic()
             view = await load_dataset(self.endpoints, cfg)
             if view.heldout and (view.docs or view.pool):
                 break
@@ -253,13 +246,15 @@ class StreamTrainer:
                 log.info("waiting for dataset %r on %s and %s (held-out prompts and documents)",
                          cfg.data.dataset, PROMPTS.topic, CORPUS.topic)  # fmt: skip
             await asyncio.sleep(0.5)
+        read = time.monotonic()
         data = usable(view, cfg, tok)  # ValueError: nothing usable; the run cannot go on
         self.eval_set, self.refused = data.eval_set, data.refused
         self.corpus = Corpus(data.docs, tok, cfg.model.block_size)
         self.val = Corpus(data.validation, tok, cfg.model.block_size)
         self.doc_ids = {doc_id for _, doc_id in view.docs}
-        log.info("dataset %r: %d documents, %d validation, %d held-out prompts", cfg.data.dataset,
-                 len(data.docs), len(data.validation), len(self.eval_set))  # fmt: skip
+        log.info("dataset %r: %d documents, %d validation, %d held-out prompts (read in %.1f s, "
+                 "tokenised in %.1f s)", cfg.data.dataset, len(data.docs), len(data.validation),
+                 len(self.eval_set), read - started, time.monotonic() - read)  # fmt: skip
 
     async def pretrain(self, producer: EventProducer) -> None:
         st = self.state
@@ -391,77 +386,6 @@ class StreamTrainer:
         return m
 
 
-async def rl(trainer: StreamTrainer, producer: EventProducer) -> None:
-    cfg, st, counters = trainer.cfg, trainer.state, trainer.counters
-    dead = DeadLetters(producer, consumer_name=cfg.group("trainer"), run_id=cfg.run_id)
-    c = consumer(trainer.endpoints, EXPERIENCE.topic, group_id=cfg.group("trainer"))
-    # the announcement starts the rollouts; joining the group takes ~3 s on this broker, and
-    # experience that arrives meanwhile waits in the topic (the group starts at the earliest)
-    await asyncio.gather(c.start(), trainer.announce(producer))
-    fed_back = asyncio.create_task(follow_fed_back(trainer)) if cfg.rl.hybrid else None
-    try:
-        started = last_signal = time.monotonic()
-        filtered_announced = counters["refill_groups"]
-        while st.rl_step < cfg.rl.steps:
-            waited = time.monotonic()
-            while len(trainer.ready) < cfg.rl.prompts_per_step:
-                for records in (await c.getmany(timeout_ms=POLL_MS)).values():
-                    for record in records:
-                        try:
-                            decoded = decode(record.value, record.headers, expect=EXPECTED)
-                            rows = decoded.to_pylist()
-                        except DecodeError as error:
-                            await dead.send(record, error)
-                            continue
-                        trainer.take(await trainable(trainer, rows, record, dead))
-                refill = counters["refill_groups"] > filtered_announced
-                if refill and time.monotonic() - last_signal > REFILL_SIGNAL_S:
-                    filtered_announced = counters["refill_groups"]
-                    await trainer.announce(producer, upload=False)
-                    last_signal = time.monotonic()
-                if time.monotonic() - last_signal > DEMAND_REFRESH_S:
-                    await trainer.announce(producer, upload=False)
-                    last_signal = time.monotonic()
-            counters["idle_s"] += time.monotonic() - waited
-            prom.TRAINER_IDLE_SECONDS.inc(time.monotonic() - waited)
-            batch, trainer.ready = (
-                trainer.ready[: cfg.rl.prompts_per_step],
-                trainer.ready[cfg.rl.prompts_per_step :],
-            )
-            before = st.rl_step
-            metrics = await asyncio.to_thread(trainer.update, batch)
-            await trainer.emit_metrics(producer, "rl", st.rl_step, metrics)
-            await feed_corpus(trainer, producer, batch)
-            if st.rl_step % cfg.loop.publish_every == 0 or metrics["dropped_groups"]:
-                await trainer.announce(producer)
-                last_signal = time.monotonic()
-            if due(st.rl_step, before, cfg.eval.interval, cfg.rl.steps):
-                result = await trainer.emit_eval(producer, "rl")
-                log.info("rl step %d greedy %.3f", st.rl_step, result["greedy"])
-            if due(st.rl_step, before, cfg.checkpoint.every, cfg.rl.steps):
-                await asyncio.to_thread(trainer.checkpoint, st.rl_step == cfg.rl.steps)
-                await c.commit()  # offsets only after the checkpoint that covers them
-    finally:
-        counters["wall_rl_s"] += time.monotonic() - started
-        if fed_back is not None:
-            fed_back.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await fed_back
-        await c.stop()
-
-
-async def trainable(trainer: StreamTrainer, rows: list[dict], record, dead) -> list[dict]:
-    """This run's rows of a message, less those that cannot be trained on (dead-lettered)."""
-    cfg = trainer.cfg
-    limits = (trainer.state.tok.vocab_size, cfg.model.block_size, cfg.rl.group_size)
-
-    async def refuse(i: int, row: dict, problem: str) -> None:
-        trainer.counters["untrainable_rows"] += 1
-        await dead.send(record, UntrainableRow(f"{row['event_id']}: {problem}"), part=i)
-
-    return await keep_rows_of_run(rows, cfg.run_id, lambda row: untrainable(row, *limits), refuse)
-
-
 async def serve(cfg: Config, endpoints: Endpoints) -> dict:
     torch.set_num_threads(cfg.threads(streaming=True))
     trainer = StreamTrainer(cfg, endpoints)
@@ -488,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s trainer %(message)s")
+    log.info("imported in %.1f s", time.time() - psutil.Process().create_time())
     prom.serve_from_env()
     cfg = Config.read(args.config)
     sandbox.configure(cfg.sandbox)  # held-out code prompts are graded in the sandbox

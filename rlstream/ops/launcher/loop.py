@@ -46,8 +46,11 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
     cfg_path = cfg.write(out / "config.json")
     (out / "config.yaml").write_text(show(cfg))
     tracker = open_tracker(cfg, out)
+    phases = {"prepare_s": time.monotonic() - started}  # start-up, phase by phase
     with stack_or_endpoints(out / "stack", cfg.loop.durable_stack) as (endpoints, embedded):
+        phases["stack_s"] = time.monotonic() - started - sum(phases.values())
         seeded = asyncio.run(seed_topics(endpoints, cfg, out))
+        phases["publish_s"] = time.monotonic() - started - sum(phases.values())
         watcher = RunWatcher(endpoints, cfg.run_id).start()
         sup = Supervisor(
             cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.loop.rollout_workers
@@ -66,6 +69,7 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         def tick(news: list[str]) -> None:
             if tracked["startup_s"] is None and watcher.view.phase != "starting":
                 tracked["startup_s"] = round(time.monotonic() - started, 1)
+                phases["processes_s"] = tracked["startup_s"] - sum(phases.values())
             live.write(watcher.view, sup)
             if time.monotonic() - tracked["at"] > TRACK_EVERY_S:
                 tracked["at"] = time.monotonic()
@@ -105,6 +109,9 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 "restarts": {c.name: c.restarts for c in sup.children if c.restarts},
                 "wall_s": round(time.monotonic() - started, 1),
                 "startup_s": tracked["startup_s"],  # launch -> pre-training's first step
+                # the config and tokenizer, the stack, the data published, then the processes
+                # (their imports, the trainer's read of the dataset, the first step)
+                "startup_phases_s": {k: round(v, 1) for k, v in phases.items()},
             }
             | scheduler_figures(watcher.view.evals)
         )
