@@ -138,60 +138,6 @@ class Flaky:
 '''
 FAILS = {"slow": "env_timeout", "raise": "env_crashed", "closed": "env_crashed",
          "nan": "env_bad_reward", "garbage": "env_protocol"}  # fmt: skip
-FLAKY_RUN = "flaky-it"
-
-
-@pytest.fixture(scope="module")
-def flaky_run(stack_home, tmp_path_factory):
-    out = tmp_path_factory.mktemp("flaky")
-    (out / "flaky.py").write_text(FLAKY)
-    env = f"{out}/flaky.py:Flaky"
-    rows = [{"prompt_id": f"{fail or 'fine'}-{i}", "text": f"say {i}:", "task": "exact",
-             "answer": "x", "environment": env, "fail": fail, "split": "train"}
-            for fail in ("", "", *FAILS) for i in range(4)]  # fmt: skip
-    rows += [{"prompt_id": f"held-{i}", "text": f"held {i}:", "task": "exact", "answer": "x",
-              "environment": env, "split": "heldout"} for i in range(4)]  # fmt: skip
-    prompts = out / "flaky.jsonl"
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = out / "summary.json"
-    result = cli(
-        "run", "--prompts", str(prompts), "--run-id", FLAKY_RUN, "--rl-steps", "4",
-        "--sampler", "uniform", "--out", str(out), "--summary", str(summary),
-        "--set", "env.step_timeout_s=1", "--set", "pretrain.max_steps=20",
-        "--set", "pretrain.batch=32", "--set", "eval.prompts=4", "--set", "eval.interval=2",
-        "--set", "prompts_per_step=4", "--set", "group_size=4", "--set", "target_in_flight=16",
-        timeout=900,
-    )  # fmt: skip
-    return json.loads(summary.read_text()), result
-
-
-def test_a_failing_environment_is_dead_lettered_and_never_trained_and_the_run_completes(
-    flaky_run,
-):
-    from rlstream.ops.launcher.figures import _run_rows
-    from rlstream.streams.experience_checks import ledger_prefix
-
-    figures, _ = flaky_run
-    assert figures["completed"] and figures["env_failed_groups"] > 0
-    endpoints = Endpoints.from_env()
-    prompt_of = {
-        r["request_id"]: r["prompt_id"]
-        for r in asyncio.run(_run_rows(endpoints, "rollout_requests", FLAKY_RUN))
-    }
-    letters = asyncio.run(_run_rows(endpoints, "dead_letters", FLAKY_RUN))
-    by_prompt: dict[str, set[str]] = {}
-    for letter in letters:
-        if letter["source_topic"] == "rl.rollouts.v1" and letter["error_kind"].startswith("env_"):
-            prompt_id = prompt_of[letter["reason"].split()[1]]  # "request <id> sample <k> ..."
-            by_prompt.setdefault(prompt_id, set()).add(letter["error_kind"])
-    assert by_prompt, "no episode was dead-lettered"
-    for prompt_id, kinds in by_prompt.items():
-        assert kinds == {FAILS[prompt_id.split("-")[0]]}, (prompt_id, kinds)  # never a fine one
-    ledger = ObjectStore(endpoints).read_parquet_prefix(ledger_prefix(FLAKY_RUN)).to_pylist()
-    failed = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "env_failed"}
-    trained = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "trained"}
-    assert failed and all(p.split("-")[0] in FAILS for p in failed)
-    assert trained and all(p.startswith("fine") for p in trained)
 
 
 def test_a_run_whose_every_episode_fails_stops_with_the_reason(stack_home, tmp_path):

@@ -1,8 +1,9 @@
-"""Remote environments that fail, through the live loop: a server that answers with malformed
-JSON, one that closes the socket mid-episode, and an `rlstream env serve` killed mid-run and
-started again. Each affected episode is dead-lettered with its kind (env_protocol,
-env_closed), none of them is trained, and the run completes, training on the episodes the
-restarted server played."""
+"""Environments that fail, through one live loop: a user's environment (imported by path) that
+times out, raises, closes its socket, pays a NaN reward or answers what is not a Step; remote
+ones, a server that answers with malformed JSON, one that closes the socket mid-episode, and an
+`rlstream env serve` killed mid-run and started again. Each affected episode is dead-lettered
+with its kind, none of them is trained, and the run completes, training on the fine episodes
+and on those the restarted server played."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from rlstream.connectors.objectstore import ObjectStore
 from rlstream.ops.launcher.figures import _run_rows
 from rlstream.streams.experience_checks import ledger_prefix
 from tests.integration.conftest import RLSTREAM
+from tests.integration.test_environments import FAILS, FLAKY
 from tests.integration.test_openenv import free_port, start, wait_for_port
 
 pytestmark = pytest.mark.integration
@@ -79,6 +81,11 @@ def remote_run(stack_home, tmp_path_factory):
     rows += [{"prompt_id": f"{name}-{i}", "text": f"say {i}:", "task": "exact", "answer": "x",
               "environment": address[name], "split": "train"}
              for name in ("garbage", "hangup") for i in range(4)]  # fmt: skip
+    (out / "flaky.py").write_text(FLAKY)
+    flaky = f"{out}/flaky.py:Flaky"
+    rows += [{"prompt_id": f"{fail or 'fine'}-{i}", "text": f"say {i}:", "task": "exact",
+              "answer": "x", "environment": flaky, "fail": fail, "split": "train"}
+             for fail in ("", "", *FAILS) for i in range(4)]  # fmt: skip
     prompts = out / "remote.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = out / "summary.json"
@@ -87,7 +94,7 @@ def remote_run(stack_home, tmp_path_factory):
             "--set", "pretrain.max_steps=30", "--set", "pretrain.batch=32",
             "--set", "eval.prompts=4", "--set", "eval.interval=3", "--set", "prompts_per_step=4",
             "--set", "group_size=4", "--set", "target_in_flight=16", "--set", "env.max_turns=3",
-            "--set", "env.step_timeout_s=5", "--set", "env.max_failed_groups=0"]  # fmt: skip
+            "--set", "env.step_timeout_s=2", "--set", "env.max_failed_groups=0"]  # fmt: skip
     log = out / "run.log"
     run = start(args, log)
     restarted_at = None
@@ -135,7 +142,7 @@ def test_a_killed_environment_server_fails_its_episodes_and_the_run_trains_on(re
     ledger = ObjectStore(endpoints).read_parquet_prefix(ledger_prefix(RUN)).to_pylist()
     trained = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "trained"}
     failed = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "env_failed"}
-    assert trained and all(p.startswith("calc") for p in trained)  # never a broken server's
+    assert trained and all(p.startswith(("calc", "fine")) for p in trained)  # never a broken one's
     assert {p.split("-")[0] for p in failed} >= {"garbage", "hangup"}
     letters = asyncio.run(_run_rows(endpoints, "dead_letters", RUN))
     calc_closed = [
@@ -149,3 +156,27 @@ def test_a_killed_environment_server_fails_its_episodes_and_the_run_trains_on(re
              and r["produced_at"].timestamp() > restarted_at]  # fmt: skip
     assert after, "nothing was trained from the restarted server"
     assert figures["rl_steps"] == 6
+
+
+def test_a_failing_environment_is_dead_lettered_by_kind_and_never_trained(remote_run):
+    """The user's environment's failures, each with its own kind; a fine prompt's episodes are
+    never dead-lettered, a failing prompt's never trained."""
+    figures, _ = remote_run
+    assert figures["completed"] and figures["env_failed_groups"] > 0
+    endpoints = Endpoints.from_env()
+    prompt_of = {r["request_id"]: r["prompt_id"]
+                 for r in asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))}  # fmt: skip
+    by_prompt: dict[str, set[str]] = {}
+    for letter in asyncio.run(_run_rows(endpoints, "dead_letters", RUN)):
+        if letter["source_topic"] == "rl.rollouts.v1" and letter["error_kind"].startswith("env_"):
+            prompt_id = prompt_of[letter["reason"].split()[1]]  # "request <id> sample <k> ..."
+            if prompt_id.split("-")[0] in (*FAILS, "fine"):
+                by_prompt.setdefault(prompt_id, set()).add(letter["error_kind"])
+    assert by_prompt, "no episode of the user's environment was dead-lettered"
+    for prompt_id, kinds in by_prompt.items():
+        assert kinds == {FAILS[prompt_id.split("-")[0]]}, (prompt_id, kinds)  # never a fine one
+    ledger = ObjectStore(endpoints).read_parquet_prefix(ledger_prefix(RUN)).to_pylist()
+    failed = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "env_failed"}
+    trained = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "trained"}
+    assert {p.split("-")[0] for p in failed} & set(FAILS)
+    assert any(p.startswith("fine") for p in trained)

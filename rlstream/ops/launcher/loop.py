@@ -26,6 +26,11 @@ from rlstream.ops.stack import procs
 from rlstream.tracking import open_tracker, safely
 
 TRACK_EVERY_S = 5.0  # MLflow: new eval and training figures are sent this often
+OTHERS_AFTER_S = 30.0
+"""The scheduler, processors and rollout workers start once pre-training has taken its first
+step, or this long after the trainer if it has not (its dataset not yet published, a resumed
+run past pre-training): they idle through pre-training anyway, and importing torch in five
+processes at once on 2 cores held the trainer's start-up back."""
 
 
 def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600) -> dict:
@@ -55,7 +60,9 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         sup = Supervisor(
             cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.loop.rollout_workers
         )
-        sup.start()
+        # the trainer alone first: the others wait for pre-training's first step (or for
+        # OTHERS_AFTER_S), so their imports do not compete with the trainer's start-up
+        sup.start(("trainer",))
         (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
         targets = metrics.file_sd_targets(sup.metrics_endpoints(), cfg.run_id)
         (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=2))
@@ -65,11 +72,16 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             scraped.write_text(json.dumps(targets, indent=2))
         live = LiveFile(out / LIVE_FILE, cfg, servers=server_pids(endpoints))
         tracked = {"at": time.monotonic(), "startup_s": None}
+        spawned = time.monotonic()
 
         def tick(news: list[str]) -> None:
             if tracked["startup_s"] is None and watcher.view.phase != "starting":
                 tracked["startup_s"] = round(time.monotonic() - started, 1)
                 phases["processes_s"] = tracked["startup_s"] - sum(phases.values())
+            if not sup.started_all() and (
+                tracked["startup_s"] is not None or time.monotonic() - spawned > OTHERS_AFTER_S
+            ):
+                sup.start()
             live.write(watcher.view, sup)
             if time.monotonic() - tracked["at"] > TRACK_EVERY_S:
                 tracked["at"] = time.monotonic()

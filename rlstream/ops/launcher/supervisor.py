@@ -94,10 +94,15 @@ class Supervisor:
     def _group(self, role: str) -> str:
         return Config.read(self.cfg_path).group(role)
 
-    def start(self) -> None:
+    def start(self, names: tuple[str, ...] | None = None) -> None:
+        """Start the children named (default: every one not started yet)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for child in self.children:
-            self._spawn(child)
+            if child.proc is None and (names is None or child.name in names):
+                self._spawn(child)
+
+    def started_all(self) -> bool:
+        return all(c.proc is not None for c in self.children)
 
     def _spawn(self, child: Child) -> None:
         env = self.env | {"RLSTREAM_METRICS_PORT": str(child.metrics_port)}
