@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlstream.registry import import_spec
 from rlstream.trainers.envs.puzzles import countdown_correct
 
 RewardFn = Callable[..., list[float]]
@@ -281,29 +282,16 @@ def make_reward_fn(rules: str | Path | None, fn: str | None = None) -> RewardFn:
 
 
 def load_reward_fn(spec: str) -> RewardFn:
-    """`module:function` or `path/to/file.py:function`, imported; RewardConfigError names
-    what is wrong (the format, the module, the attribute, not callable)."""
-    import importlib
-    import importlib.util
-
+    """`module:function` or `path/to/file.py:function`, imported (`registry.import_spec`, as
+    every plug-in is); RewardConfigError names what is wrong (the format, the file, the
+    module, the attribute, not callable)."""
     where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise RewardConfigError(f"{spec!r}: give module:function or path/file.py:function")
+    if where.endswith(".py") and not Path(where).resolve().is_file():
+        raise RewardConfigError(f"{spec!r}: no such file {where!r}")
     try:
-        if where.endswith(".py"):
-            path = Path(where).resolve()
-            if not path.is_file():
-                raise RewardConfigError(f"{spec!r}: no such file {where!r}")
-            module_spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except RewardConfigError:
-        raise
-    except Exception as exc:  # the user's module: any import-time error is theirs to fix
-        raise RewardConfigError(f"{spec!r}: importing {where!r} failed ({exc!r})") from None
-    fn = getattr(module, name, None)
+        fn = import_spec(spec)
+    except ValueError as exc:
+        raise RewardConfigError(str(exc)) from None
     if not callable(fn):
         raise RewardConfigError(f"{spec!r}: {where!r} has no function {name!r}")
     return fn

@@ -70,6 +70,30 @@ def test_rule_files(tmp_path):
         build_reward(tmp_path / "missing.json")
 
 
+def test_a_reward_function_loads_by_path_or_module_and_bad_specs_say_why(tmp_path):
+    from rlstream.trainers.rewards import load_reward_fn
+
+    (tmp_path / "grader.py").write_text(
+        "LIMIT = 3\n"
+        "def short(completions, **kw):\n    return [float(len(c) < LIMIT) for c in completions]\n"
+    )
+    (tmp_path / "broken.py").write_text("import no_such_module_anywhere\n")
+    fn = load_reward_fn(f"{tmp_path}/grader.py:short")
+    assert fn(["ab", "abcd"]) == [1.0, 0.0]
+    assert load_reward_fn("math:sqrt")(4) == 2.0  # a module by name
+    cases = {
+        "grader.py": "give package.module:Name",
+        f"{tmp_path}/missing.py:short": "no such file",
+        f"{tmp_path}/broken.py:short": "importing",
+        f"{tmp_path}/grader.py:nope": "has no 'nope'",
+        f"{tmp_path}/grader.py:LIMIT": "has no function 'LIMIT'",
+    }
+    for spec, reason in cases.items():
+        with pytest.raises(RewardConfigError, match=reason) as e:
+            load_reward_fn(spec)
+        assert "\n" not in str(e.value)
+
+
 def test_a_format_bonus_sits_beside_a_chain_of_thought_prompts_own_verifier():
     import random
 
