@@ -111,9 +111,22 @@ def _cell(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _turns_cell(row: dict):
+def _episode_lines(row: dict):
+    """A rollout that is an episode, in two lines whatever the terminal's width: who and how it
+    ended, then its transcript (the environment's text in cyan)."""
+    from rich.text import Text
+
+    head = Text(f"{row['prompt_id']} #{row['sample_idx']} v{row['policy_version']}", style="bold")
+    head.append(f"  turns {row['turns']} · stop_reason {row['stop_reason']} · reward "
+                f"{row['episode_reward']:g} · tool calls {row['tool_calls']}")  # fmt: skip
+    if row.get("env_error"):
+        head.append(f" · {row['env_error']}", style="red")
+    return head, Text("  ").append(_turns_cell(row, width=None))
+
+
+def _turns_cell(row: dict, width: int | None = 72):
     """An episode's transcript with the environment's text in cyan, newlines as ⏎ (the policy's
-    own text plain)."""
+    own text plain), cut to `width` characters (None: whole)."""
     from rich.text import Text
 
     text, spans = row["completion"], row["env_spans"]
@@ -123,7 +136,8 @@ def _turns_cell(row: dict):
         cell.append(text[start:end].replace("\n", "⏎"), style="cyan")
         at = end
     cell.append(text[at:].replace("\n", "⏎"))
-    cell.truncate(72, overflow="ellipsis")
+    if width is not None:
+        cell.truncate(width, overflow="ellipsis")
     return cell
 
 
@@ -150,6 +164,8 @@ def tail(
     summary: Path | None = SummaryOpt,
 ) -> None:
     """Decode and show a topic's events; undecodable messages are shown with their reason."""
+    import pyarrow as pa
+
     from rlstream.ops.commands.replay import RowFilter, decoded_messages
 
     event = event_for(topic)
@@ -158,7 +174,10 @@ def tail(
     start_at_beginning = from_beginning or not follow
     rng = _read_range(start_at_beginning, since, None, None, follow)
     shown, undecodable = 0, 0
-    columns = [f.name for f in event.schema if f.name not in ("event_id", "run_id")]
+    # the human view leaves out ids and list columns (token ids, logprobs, masks: `--json` has
+    # every field); an episode's rows get a view of their own, its transcript readable
+    columns = [f.name for f in event.schema if f.name not in ("event_id", "run_id")
+               and not pa.types.is_list(f.type)]  # fmt: skip
 
     async def run() -> None:
         nonlocal shown, undecodable
@@ -182,14 +201,20 @@ def tail(
                     out = {k: _json_value(v) for k, v in row.items()}
                     print(json.dumps({**out, **where_}), flush=True)
             elif rows:
-                table = Table(show_header=first, box=None, pad_edge=False)
-                for name in columns:
-                    table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=6)
-                for row in rows:
-                    table.add_row(*(_turns_cell(row) if c == "completion" and row.get("env_spans")
-                                    else _cell(row[c]) for c in columns))  # fmt: skip
-                console.print(table)
-                first = False
+                episodes = [row for row in rows if row.get("env_spans")]
+                for row in episodes:
+                    for line in _episode_lines(row):
+                        console.print(line, no_wrap=True, overflow="ellipsis", soft_wrap=False)
+                rows = [row for row in rows if not row.get("env_spans")]
+                if rows:
+                    table = Table(show_header=first, box=None, pad_edge=False)
+                    for name in columns:
+                        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=6)
+                    for row in rows:
+                        table.add_row(*(_cell(row[c]) for c in columns))
+                    console.print(table)
+                    first = False
+                rows = episodes + rows
             shown += len(rows)
             if limit is not None and shown >= limit:
                 return

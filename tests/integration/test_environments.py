@@ -97,6 +97,8 @@ def test_tail_shows_an_episodes_turns_with_the_environments_text_apart(calc_run)
     result = cli("tail", "rollouts", "--where", f"run_id = '{RUN}' AND tool_calls > 0",
                  "--limit", "3")  # fmt: skip
     assert "⏎" in result.stdout and "?" in result.stdout
+    # the episode view: how each ended beside its transcript, no token-id columns
+    assert "stop_reason" in result.stdout and "prompt_tokens" not in result.stdout
     shown = cli("tail", "rollouts", "--json", "--where", f"run_id = '{RUN}'", "--limit", "1")
     row = json.loads(shown.stdout.splitlines()[0])
     assert row["environment"] == "calculator" and row["turns"] >= 1 and "loss_mask" in row
