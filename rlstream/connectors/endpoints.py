@@ -17,6 +17,7 @@ _ENV = {
     "kafka_bootstrap": "RLSTREAM_KAFKA_BOOTSTRAP",
     "broker": "RLSTREAM_BROKER",
     "replication_factor": "RLSTREAM_KAFKA_REPLICATION",
+    "retention_mb": "RLSTREAM_KAFKA_RETENTION_MB",
     "kafka_security_protocol": "RLSTREAM_KAFKA_SECURITY_PROTOCOL",
     "kafka_sasl_mechanism": "RLSTREAM_KAFKA_SASL_MECHANISM",
     "kafka_username": "RLSTREAM_KAFKA_USERNAME",
@@ -53,6 +54,9 @@ class Endpoints:
     `unknown` (one record per batch, no idempotence: what any Kafka-protocol broker takes)."""
     replication_factor: int = 1
     """Replicas of each topic rlstream creates (3 on a three-node Kafka, min ISR one less)."""
+    retention_mb: int = 512
+    """Size retention of each partition of the high-volume topics rlstream creates, MiB (Apache
+    Kafka enforces it, segment by segment; Tansu's memory storage ignores it)."""
     kafka_security_protocol: str = "PLAINTEXT"
     """PLAINTEXT, or SASL_PLAINTEXT / SASL_SSL for a broker that authenticates clients."""
     kafka_sasl_mechanism: str | None = None
@@ -163,4 +167,17 @@ def _parse(name: str, var: str, raw: str) -> object:
         if not raw.isdigit() or int(raw) < 1:
             raise ValueError(f"{var}={raw!r}: expected a whole number of replicas, 1 or more")
         return int(raw)
+    if name == "retention_mb":
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"{var}={raw!r}: expected a whole number of MiB, 1 or more")
+        return int(raw)
     return raw
+
+
+def setting_from_env(name: str, default: object) -> object:
+    """One endpoint setting from its RLSTREAM_* variable (parsed and checked), else `default`:
+    for a stack that makes its own endpoints but honours a setting (the embedded stack's
+    retention)."""
+    var = _ENV[name]
+    raw = os.environ.get(var, "")
+    return _parse(name, var, raw) if raw else default

@@ -123,16 +123,21 @@ RETENTION = {
 size retention, so a long run's broker stays bounded; prompts, corpus, policy versions and eval
 results are the run's record and keep everything."""
 RETENTION_MS = 7 * 24 * 3600 * 1000
-RETENTION_BYTES = 512 << 20  # per partition
+SEGMENTS_KEPT = 8
+"""Kafka drops whole segments and never the one being written: a partition's segments are an
+eighth of its size retention, so it holds between 7/8 and 9/8 of it."""
 
 
 def new_topic(event: EventType, endpoints: Endpoints) -> NewTopic:
     """The topic of `event` as rlstream creates it: its partitions, the endpoints' replication
-    (min ISR one less than the factor), retention on the high-volume ones."""
+    (min ISR one less than the factor), retention on the high-volume ones (7 days, or the
+    endpoints' `retention_mb` a partition)."""
     factor = endpoints.replication_factor
     configs = {"min.insync.replicas": str(max(1, factor - 1))}
     if event.name in RETENTION:
-        configs |= {"retention.ms": str(RETENTION_MS), "retention.bytes": str(RETENTION_BYTES)}
+        size = endpoints.retention_mb << 20
+        configs |= {"retention.ms": str(RETENTION_MS), "retention.bytes": str(size),
+                    "segment.bytes": str(max(1 << 20, size // SEGMENTS_KEPT))}  # fmt: skip
     return NewTopic(event.topic, event.partitions, replication_factor=factor, topic_configs=configs)
 
 

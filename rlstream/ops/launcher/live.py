@@ -3,7 +3,9 @@ steps, accuracy, lag, messages/s, and each process's CPU and memory, traced over
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -29,12 +31,18 @@ class LiveFile:
     TRACE_EVERY_S, TRACE_MAX = 5.0, 720
 
     def __init__(
-        self, path: Path, cfg: Config, every_s: float = 1.0, servers: dict[str, int] | None = None
+        self,
+        path: Path,
+        cfg: Config,
+        every_s: float = 1.0,
+        servers: dict[str, int] | None = None,
+        disks: dict[str, Path] | None = None,
     ):
         self.path, self.cfg, self.every_s = path, cfg, every_s
         self.at = self.traced_at = float("-inf")
         self.usage = ProcessUsage()
         self.servers = servers or {}  # name -> pid of a local server (the broker, S3)
+        self.disks = disks or {}  # name -> data directory of a local server
         try:
             self.trace: list[dict] = list(json.loads(path.read_text()).get("trace", []))
         except (OSError, ValueError, AttributeError):
@@ -58,6 +66,7 @@ class LiveFile:
                 "processes": {n: [p.get("cpu_percent"), p.get("rss_mb"), p.get("pss_mb")]
                               for n, p in figures["processes"].items()},
                 "servers": rss_mb(self.servers),
+                "disks": {n: directory_mb(d) for n, d in self.disks.items()},
             })  # fmt: skip
             if len(self.trace) > self.TRACE_MAX:
                 self.trace = self.trace[::2]
@@ -108,6 +117,16 @@ def rss_mb(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+def directory_mb(directory: Path) -> float:
+    """The bytes of the files under `directory`, MiB (0 for none)."""
+    total = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):  # a segment deleted meanwhile
+                total += os.stat(os.path.join(root, name)).st_size
+    return round(total / 2**20, 1)
+
+
 def server_pids(endpoints: Endpoints) -> dict[str, int]:
     """The local processes listening on the broker's and the S3 server's ports (none for a
     remote stack): their memory is traced beside the loop's (Tansu's memory storage keeps every
@@ -133,10 +152,13 @@ def server_pids(endpoints: Endpoints) -> dict[str, int]:
 def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
     """Memory per process: the last value seen (a process that finished first was last seen
     before the end) and the slope per 1,000 RL steps over the RL phase (least squares; None
-    with fewer than 3 points over 10 steps); the same slope of the checkpoint's size. A soak
-    run's target is flat (`benchmarks/soak.yaml`)."""
+    with fewer than 3 points over 10 steps); the same of the local servers' data directories
+    and the slope of the checkpoint's size. A soak run's target is flat
+    (`benchmarks/soak.yaml`)."""
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)  # RL phase only
+    disk_series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     last: dict[str, float] = {}
+    disk_last: dict[str, float] = {}
     pss: dict[str, float] = {}
     for t in trace:
         step = t.get("rl_step") or 0
@@ -146,12 +168,20 @@ def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
             last[name] = rss
             if step:
                 series[name].append((step, rss))
+        for name, mb in t.get("disks", {}).items():
+            disk_last[name] = mb
+            if step:
+                disk_series[name].append((step, mb))
     sizes = [(step, size) for step, size in checkpoint_sizes if step]
     return {
         "rss_mb_end": dict(sorted(last.items())),
         "pss_mb_end": dict(sorted(pss.items())),
         "pss_mb_loop_total_end": round(sum(pss.values()), 1) if pss else None,
         "rss_mb_slope_per_1k_steps": {n: slope_per_1k(pts) for n, pts in sorted(series.items())},
+        "disk_mb_end": dict(sorted(disk_last.items())),
+        "disk_mb_slope_per_1k_steps": {
+            n: slope_per_1k(pts) for n, pts in sorted(disk_series.items())
+        },
         "checkpoint_bytes_end": sizes[-1][1] if sizes else None,
         "checkpoint_bytes_slope_per_1k_steps": slope_per_1k(sizes),
     }

@@ -70,7 +70,9 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         if endpoints.prometheus_targets:
             scraped = Path(endpoints.prometheus_targets) / f"{cfg.run_id}.json"
             scraped.write_text(json.dumps(targets, indent=2))
-        live = LiveFile(out / LIVE_FILE, cfg, servers=server_pids(endpoints))
+        disks = {"broker": out / "stack" / "kafka", "s3": out / "stack" / "s3"} if embedded else {}
+        live = LiveFile(out / LIVE_FILE, cfg, servers=server_pids(endpoints),
+                        disks={n: d for n, d in disks.items() if d.is_dir()})  # fmt: skip
         tracked = {"at": time.monotonic(), "startup_s": None}
         spawned = time.monotonic()
 

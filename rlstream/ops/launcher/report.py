@@ -126,6 +126,12 @@ def write_report(out: Path, summary: dict, view: RunView) -> Path:
         if pss:
             together = summary.get("pss_mb_loop_total_end")
             lines.append(f"| the loop's processes together | | {together} | |")
+    disks = summary.get("disk_mb_end") or {}
+    if disks:
+        disk_slopes = summary.get("disk_mb_slope_per_1k_steps") or {}
+        lines += ["", "| data directory | MiB at the end | MiB per 1,000 RL steps |",
+                  "|---|---|---|"]  # fmt: skip
+        lines += [f"| {k} | {v} | {disk_slopes.get(k)} |" for k, v in disks.items()]
     refused = summary.get("bad_rows") or {}
     if refused:
         lines += ["", "## Rows refused at publish", ""]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.endpoints import Endpoints, setting_from_env
 from rlstream.ops.stack import kafka, procs
 
 STACK_FILE = "stack.json"
@@ -160,7 +160,8 @@ class EmbeddedStack:
                     1,
                 )
             endpoints = replace(endpoints, kafka_bootstrap=bootstrap, broker=self.broker,
-                                replication_factor=factor)  # fmt: skip
+                                replication_factor=factor,
+                                retention_mb=setting_from_env("retention_mb", 512))  # fmt: skip
             from rlstream.connectors.kafka import ensure_topics
 
             asyncio.run(ensure_topics(endpoints))
