@@ -74,11 +74,22 @@ def main() -> None:
 def _explain(exc: BaseException) -> str:
     if type(exc).__name__ == "KafkaConnectionError":  # aiokafka may not be installed here
         where = endpoints()
+        tls = (
+            f", and RLSTREAM_KAFKA_SSL_CAFILE (now {where.kafka_ssl_cafile or 'the system CAs'})"
+            if where.kafka_security_protocol in ("SSL", "SASL_SSL")
+            else ""
+        )
         if where.kafka_sasl_mechanism:  # aiokafka says the same for a refused password
             return (
                 f"cannot reach or sign in to the Kafka broker at {where.kafka_bootstrap} "
                 f"({where.kafka_sasl_mechanism} as {where.kafka_username!r}): check "
                 "RLSTREAM_KAFKA_BOOTSTRAP, RLSTREAM_KAFKA_USERNAME and RLSTREAM_KAFKA_PASSWORD"
+                + tls
+            )
+        if tls:  # a certificate the client cannot verify reads the same
+            return (
+                f"cannot reach or verify the Kafka broker at {where.kafka_bootstrap} over TLS: "
+                f"check RLSTREAM_KAFKA_BOOTSTRAP{tls}"
             )
         return (
             f"cannot reach the Kafka broker at {where.kafka_bootstrap}: start the embedded "

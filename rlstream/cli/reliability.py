@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import typer
@@ -38,6 +39,12 @@ def chaos(
     env_down_s: float = typer.Option(
         5.0, min=0, help="How long the environment server is down (kill:env)."
     ),
+    broker: str = typer.Option(
+        None, help="The run's stack: tansu or kafka [default: $RLSTREAM_STACK_BROKER, tansu]."
+    ),
+    nodes: int = typer.Option(
+        None, help="Kafka nodes: 1, or 3 (kill:leader needs 3) [default: $RLSTREAM_STACK_NODES, 1]."
+    ),
     fault_rate_per_h: float = typer.Option(
         1.0, min=1e-6, help="Process faults an hour assumed in production (the MTBF bound)."
     ),
@@ -52,9 +59,10 @@ def chaos(
     summary: Path | None = SummaryOpt,
 ) -> None:
     """The real loop under scheduled faults (SIGKILL and SIGSTOP of every process kind, the S3
-    server down, Qdrant unavailable, the environment server killed), then an audit by event
-    id: nothing lost, nothing trained twice, the archive equal to what was published. Prints
-    each fault's recovery time."""
+    server down, Qdrant unavailable, the environment server killed, the leader of a
+    partition killed on a three-node Kafka), then an audit by event id: nothing lost, nothing
+    trained twice, the archive equal to what was published. Prints each fault's recovery
+    time."""
     from dataclasses import replace
     from datetime import UTC, datetime
 
@@ -67,18 +75,30 @@ def chaos(
     cfg = build_config(
         config, overrides, run_id=rid, rl__steps=rl_steps, loop__rollout_workers=workers
     )
-    chosen = tuple(k.strip() for k in kinds.split(",")) if kinds else chaos_mod.default_kinds(cfg)
+    from rlstream.ops.stack.embedded import StackError, broker_choice
+
+    try:
+        broker_choice(broker, nodes)
+    except StackError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--broker / --nodes") from None
+    chosen = (
+        tuple(k.strip() for k in kinds.split(","))
+        if kinds
+        else chaos_mod.default_kinds(cfg, broker, nodes)
+    )
     unknown = [k for k in chosen if k not in chaos_mod.FAULT_KINDS]
     if unknown:
         raise typer.BadParameter(
             f"unknown fault kind {unknown[0]!r}; choose from {', '.join(chaos_mod.FAULT_KINDS)}",
             param_hint="--kinds",
         )
-    if "kill:env" in chosen:
-        try:
+    try:
+        if "kill:env" in chosen:
             chaos_mod.environment_of(cfg)
-        except chaos_mod.ChaosError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--kinds") from None
+        if "kill:leader" in chosen:
+            chaos_mod.check_cluster(broker, nodes)
+    except chaos_mod.ChaosError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--kinds") from None
     for name in ("prompts", "corpus"):
         source = getattr(cfg.data, name) or ""
         if source.startswith("topic:"):
@@ -88,7 +108,8 @@ def chaos(
     for i in range(repeats):
         args = chaos_mod.ChaosArgs(faults=faults, seed=seed + i, kinds=chosen,
                                    s3_down_s=s3_down_s, qdrant_down_s=qdrant_down_s,
-                                   env_down_s=env_down_s, until=until)  # fmt: skip
+                                   env_down_s=env_down_s, until=until, broker=broker,
+                                   nodes=nodes)  # fmt: skip
         this = replace(cfg, run_id=rid if repeats == 1 else f"{rid}-{i}", seed=cfg.seed + i)
         result = chaos_mod.run_chaos(this, out, args, say=lambda m: print(m, flush=True))
         console.print(chaos_figures.table(result))
@@ -142,4 +163,44 @@ def fuzz(
     console.print(fuzz_mod.table(result))
     write_summary(summary, result)
     if not result["survived"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def audit(
+    run: str = typer.Argument(..., help="The run's id."),
+    out: Path = typer.Option(Path("runs"), help="Where the run is."),
+    drain: bool = typer.Option(
+        True, help="First serve the requests still in flight when the run ended."
+    ),
+    drain_timeout_s: float = typer.Option(180.0, min=1.0, help="How long the drain may take."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Account for every rollout request of a finished run by event id, on the stack that holds
+    it (its own embedded stack, started again from its directory, or RLSTREAM_* endpoints):
+    trained once, or dropped as stale, filtered or a failed episode, or still unconsumed; no
+    experience lost or trained twice; the archive equal to what was published. Experience the
+    broker has since dropped (retention) is read from the archive. Exit 1 when the audit fails."""
+    from rlstream.config import Config
+    from rlstream.ops.launcher.datapath import run_stack
+    from rlstream.ops.reliability.audit import audit_run
+    from rlstream.ops.reliability.audit import drain as drain_run
+
+    run_dir = (out / run).resolve()
+    path = run_dir / "config.json"
+    if not path.exists():
+        raise typer.BadParameter(f"no run {run!r} under {out} (no {path})", param_hint="RUN")
+    cfg = Config.read(path)
+    with run_stack(out, run) as endpoints:
+        drained = drain_run(endpoints, cfg, run_dir, {}, drain_timeout_s) if drain else None
+        figures = asyncio.run(audit_run(endpoints, cfg)) | {"drain_s": drained}
+    ok = (
+        figures["experience_lost"] == 0
+        and figures["trained_twice"] == 0
+        and figures["archive_matches_published"]
+    )
+    figures["audit_passed"] = ok
+    print_figures(f"audit of run {run}", {k: v for k, v in figures.items() if k != "lost_requests"})
+    write_summary(summary, figures)
+    if not ok:
         raise typer.Exit(1)

@@ -33,6 +33,9 @@ def stack_up(
     sasl: bool = typer.Option(
         False, help="Kafka: clients authenticate with SCRAM-SHA-256 (the password in secrets.json)."
     ),
+    tls: bool = typer.Option(
+        False, help="Kafka: clients speak TLS to the brokers (the stack's CA in kafka/tls/ca.pem)."
+    ),
 ) -> None:
     """Start the broker and the S3 server (once: a running stack is reused). Apache Kafka's
     jars are fetched from Maven Central the first time (Java 17 and Maven needed)."""
@@ -40,10 +43,11 @@ def stack_up(
 
     directory = state_dir_or_default(state_dir)
     if foreground:
-        raise typer.Exit(stackctl.supervise(directory, durable, prometheus, broker, nodes, sasl))
-    state, started = stackctl.up(
-        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes, sasl=sasl
-    )
+        raise typer.Exit(
+            stackctl.supervise(directory, durable, prometheus, broker, nodes, sasl, tls)
+        )
+    state, started = stackctl.up(directory, durable=durable, prometheus=prometheus, broker=broker,
+                                 nodes=nodes, sasl=sasl, tls=tls)  # fmt: skip
     verb = "started" if started else "already running"
     console.print(f"[green]stack {verb}[/] in {directory}")
     _print_endpoints(state["endpoints"])

@@ -22,6 +22,7 @@ _ENV = {
     "kafka_sasl_mechanism": "RLSTREAM_KAFKA_SASL_MECHANISM",
     "kafka_username": "RLSTREAM_KAFKA_USERNAME",
     "kafka_password": "RLSTREAM_KAFKA_PASSWORD",
+    "kafka_ssl_cafile": "RLSTREAM_KAFKA_SSL_CAFILE",
     "s3_endpoint": "RLSTREAM_S3_ENDPOINT",
     "s3_access_key": "RLSTREAM_S3_ACCESS_KEY",
     "s3_secret_key": "RLSTREAM_S3_SECRET_KEY",
@@ -58,11 +59,15 @@ class Endpoints:
     """Size retention of each partition of the high-volume topics rlstream creates, MiB (Apache
     Kafka enforces it, segment by segment; Tansu's memory storage ignores it)."""
     kafka_security_protocol: str = "PLAINTEXT"
-    """PLAINTEXT, or SASL_PLAINTEXT / SASL_SSL for a broker that authenticates clients."""
+    """PLAINTEXT; SASL_PLAINTEXT / SASL_SSL for a broker that authenticates clients; SSL for
+    one that speaks TLS without authenticating them."""
     kafka_sasl_mechanism: str | None = None
     """SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (with kafka_username / kafka_password)."""
     kafka_username: str | None = field(default=None, repr=False)
     kafka_password: str | None = field(default=None, repr=False)
+    kafka_ssl_cafile: str | None = None
+    """The CA certificates (PEM) that verify a TLS broker (SSL, SASL_SSL); unset: the system's.
+    The embedded stack's is `<stack>/kafka/tls/ca.pem`."""
     s3_endpoint: str = "127.0.0.1:8333"
     s3_access_key: str = field(default="rlstream", repr=False)
     s3_secret_key: str = field(default="rlstream-secret", repr=False)
@@ -135,15 +140,15 @@ class Endpoints:
             auth |= {"sasl_mechanism": self.kafka_sasl_mechanism,
                      "sasl_plain_username": self.kafka_username,
                      "sasl_plain_password": self.kafka_password}  # fmt: skip
-        if self.kafka_security_protocol == "SASL_SSL":
+        if self.kafka_security_protocol in ("SSL", "SASL_SSL"):
             from aiokafka.helpers import create_ssl_context
 
-            auth["ssl_context"] = create_ssl_context()
+            auth["ssl_context"] = create_ssl_context(cafile=self.kafka_ssl_cafile)
         return auth
 
 
 SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "kafka_username", "kafka_password")
-PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 BROKER_KINDS = ("kafka", "tansu", "unknown")
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 

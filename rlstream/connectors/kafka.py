@@ -346,3 +346,15 @@ async def topic_partitions(consumer_: AIOKafkaConsumer, topic: str) -> list[Topi
         cluster = await consumer_._client.fetch_all_metadata()
         parts = cluster.partitions_for_topic(topic)
     return [TopicPartition(topic, p) for p in sorted(parts or ())]
+
+
+async def log_start_offsets(endpoints: Endpoints, topic: str) -> dict[int, int]:
+    """Partition -> the first offset the broker still holds: above 0 where retention (or
+    DeleteRecords) dropped the records before it."""
+    c = consumer(endpoints)
+    await c.start()
+    try:
+        starts = await c.beginning_offsets(await topic_partitions(c, topic))
+        return {tp.partition: offset for tp, offset in starts.items()}
+    finally:
+        await c.stop()

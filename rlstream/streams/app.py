@@ -102,6 +102,8 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
             mechanism=endpoints.kafka_sasl_mechanism,
             ssl_context=endpoints.kafka_auth().get("ssl_context"),
         )  # fmt: skip
+    elif endpoints.kafka_security_protocol == "SSL":  # TLS without authentication
+        settings["broker_credentials"] = faust.SSLCredentials(endpoints.kafka_auth()["ssl_context"])
     settings.update(overrides)
     app = faust.App(app_id, **settings)
     setattr(app, transport.ENDPOINTS_ATTR, endpoints)  # the transport fetches highwaters with it

@@ -12,6 +12,7 @@ from rlstream.ops.reliability.chaos import (
     FAULT_KINDS,
     ChaosArgs,
     ChaosError,
+    check_cluster,
     default_kinds,
     environment_of,
     schedule,
@@ -40,7 +41,18 @@ def test_kill_env_applies_where_the_runs_tasks_play_an_environment():
     with pytest.raises(ChaosError, match="data.tasks=add,sub,calc"):
         environment_of(plain)
     mixed = with_values(Config(), **{"data.tasks": "add,guess@1,calc"})
-    assert environment_of(mixed) == "user" and default_kinds(mixed) == FAULT_KINDS
+    assert environment_of(mixed) == "user" and "kill:env" in default_kinds(mixed)
+
+
+def test_kill_leader_applies_on_a_three_node_kafka_cluster_only(monkeypatch):
+    monkeypatch.delenv("RLSTREAM_STACK_BROKER", raising=False)
+    monkeypatch.delenv("RLSTREAM_STACK_NODES", raising=False)
+    mixed = with_values(Config(), **{"data.tasks": "add,guess@1,calc"})
+    assert default_kinds(mixed, "kafka", 3) == FAULT_KINDS
+    for broker, nodes in (("kafka", 1), ("tansu", None), (None, None)):
+        assert "kill:leader" not in default_kinds(mixed, broker, nodes)
+        with pytest.raises(ChaosError, match="--broker kafka --nodes 3"):
+            check_cluster(broker, nodes)
 
 
 def _run(**over) -> dict:

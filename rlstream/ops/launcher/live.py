@@ -118,12 +118,13 @@ def rss_mb(pids: dict[str, int]) -> dict[str, float]:
 
 
 def directory_mb(directory: Path) -> float:
-    """The bytes of the files under `directory`, MiB (0 for none)."""
+    """The disk the files under `directory` take, MiB (0 for none): blocks allocated, as `du`
+    counts them (Kafka preallocates each active segment's indexes as 10 MB sparse files)."""
     total = 0
     for root, _, files in os.walk(directory):
         for name in files:
             with contextlib.suppress(OSError):  # a segment deleted meanwhile
-                total += os.stat(os.path.join(root, name)).st_size
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
     return round(total / 2**20, 1)
 
 

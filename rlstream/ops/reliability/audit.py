@@ -1,6 +1,10 @@
 """The audit after a chaos run, by event id: every request answered, every group trained exactly
 once (the trainer's ledger, plus what its last checkpoint holds), the archive equal to what was
-published, and a request's path through the topics when one is missing."""
+published, and a request's path through the topics when one is missing.
+
+Where the broker has dropped the oldest experience (Kafka's retention on a long run), the audit
+reads those rows from the run's archive instead: the archive must still hold everything the
+topic holds, once, and the rows only the archive has are counted (`experience_from_archive`)."""
 
 from __future__ import annotations
 
@@ -37,9 +41,11 @@ def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s
     sup.children = [c for c in sup.children if c.name not in ("trainer", "scheduler")]
     sup.start()
     done = -1
+    dropped = asyncio.run(_archived_if_dropped(endpoints, cfg.run_id))  # what retention took
     try:
         while time.monotonic() - started < timeout_s:
             issued, groups = asyncio.run(_requests_and_groups(endpoints, cfg.run_id))
+            groups = dropped | groups
             if issued <= groups.keys():
                 break
             if len(groups) > done:
@@ -67,10 +73,26 @@ async def _requests_and_groups(endpoints: Endpoints, run_id: str):
     return {r["request_id"] for r in requests}, groups
 
 
+async def _archived_if_dropped(endpoints: Endpoints, run_id: str) -> dict[str, set[str]]:
+    """Request -> event ids of the run's archived experience, where the broker has dropped
+    records of the experience topic (none otherwise: the topic holds it all)."""
+    from rlstream.connectors.kafka import log_start_offsets
+    from rlstream.connectors.objectstore import ObjectStore
+
+    if not any((await log_start_offsets(endpoints, get("experience").topic)).values()):
+        return {}
+    archive = ObjectStore(endpoints).read_parquet_prefix(f"{run_id}/experience/")
+    groups: dict[str, set[str]] = defaultdict(set)
+    for r in archive.select(["event_id", "request_id"]).to_pylist() if archive.num_rows else []:
+        groups[r["request_id"]].add(r["event_id"])
+    return groups
+
+
 async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
     """Account for every rollout request of the run by event id (see the module's doc)."""
     from aiokafka import TopicPartition
 
+    from rlstream.connectors.kafka import log_start_offsets
     from rlstream.connectors.objectstore import ObjectStore
     from rlstream.connectors.reading import ReadRange, read_run_rows, read_topic
     from rlstream.ops.commands.topics import committed_offsets
@@ -95,12 +117,23 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
             published.append(r["event_id"])
             groups[r["request_id"]].add(r["event_id"])
             first_offset.setdefault(r["request_id"], (record.partition, record.offset))
+    store = ObjectStore(endpoints)
+    archive = store.read_parquet_prefix(f"{run_id}/experience/")
+    archived = archive.column("event_id").to_pylist() if archive.num_rows else []
+    dropped = {p: o for p, o in (await log_start_offsets(endpoints, topic)).items() if o}
+    in_topic = set(published)
+    from_archive = 0  # rows the broker dropped (retention), read from the archive instead
+    if dropped:
+        for r in archive.select(["event_id", "request_id"]).to_pylist():
+            if r["event_id"] not in in_topic:
+                from_archive += 1
+                published.append(r["event_id"])
+                groups[r["request_id"]].add(r["event_id"])
     parts = {p for p, _ in first_offset.values()}
     committed = await committed_offsets(
         endpoints, cfg.group("trainer"), [TopicPartition(topic, p) for p in sorted(parts)]
     )
     committed_at = {tp.partition: off for tp, off in committed.items()}
-    store = ObjectStore(endpoints)
     ledger = store.read_parquet_prefix(ledger_prefix(run_id))
     entries = ledger.to_pylist() if ledger.num_rows else []
     outcomes: dict[str, set[str]] = defaultdict(set)
@@ -125,8 +158,6 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
             accounted["unconsumed_at_end"] += 1
         else:
             lost.append(rid)
-    archive = store.read_parquet_prefix(f"{run_id}/experience/")
-    archived = archive.column("event_id").to_pylist() if archive.num_rows else []
     traces = await trace_requests(endpoints, cfg, lost[:20]) if lost else {}
     return {
         "requests": len(requests),
@@ -138,6 +169,8 @@ async def audit_run(endpoints: Endpoints, cfg: Config) -> dict:
         "trained_twice": sum(n - 1 for n in trained.values() if n > 1),
         "experience_published": len(set(published)),
         "experience_redelivered": len(published) - len(set(published)),
+        "experience_dropped_by_broker": sum(dropped.values()),  # records, before each start
+        "experience_from_archive": from_archive,
         "archive_matches_published": set(archived) == set(published)
         and len(archived) == len(set(archived)),
     }

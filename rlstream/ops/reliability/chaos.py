@@ -14,8 +14,13 @@ one at a time, each after the loop recovered from the one before:
       SIGSTOP for the session timeout + 4 s, then SIGCONT: a frozen member, evicted by a
       rebalance, that comes back.
   kill:broker
-      SIGKILL of the broker, restarted on its port after `broker_down_s`; the stack is durable
-      (Tansu's log in the S3 server) whenever this kind is scheduled, so no record is lost.
+      SIGKILL of the broker (every node of a Kafka cluster), restarted on its ports after
+      `broker_down_s`; Tansu's stack is durable (its log in the S3 server) whenever this kind
+      is scheduled, so no record is lost; Kafka keeps its log on disk.
+  kill:leader
+      on a three-node Kafka cluster (`--broker kafka --nodes 3`): SIGKILL of the node that
+      leads a partition of rl.experience.v2, restarted after `broker_down_s`. The other two
+      nodes hold every acknowledged write (replication 3, min in-sync 2) and elect a leader.
   s3-down
       the S3 server stopped for `s3_down_s`, then restarted on its ports with its data.
   qdrant-down
@@ -71,6 +76,7 @@ from rlstream.ops.reliability.chaos_faults import (  # noqa: F401  (the command'
     ChaosError,
     Fault,
     Injector,
+    check_cluster,
     default_kinds,
     environment_of,
     schedule,
@@ -94,6 +100,8 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     if bad:
         raise ChaosError(f"unknown fault kind {bad[0]!r}; kinds: {', '.join(FAULT_KINDS)}")
     played = environment_of(cfg) if "kill:env" in args.kinds else ""
+    if "kill:leader" in args.kinds:
+        check_cluster(args.broker, args.nodes)
     run_dir = (out_root / cfg.run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     faults = schedule(args, cfg.loop.rollout_workers)
@@ -103,7 +111,8 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     home.mkdir(exist_ok=True)
     durable = "kill:broker" in {f.kind for f in faults}  # a restarted broker keeps its log
     served = EnvServer(played, run_dir / "logs", cfg.env.options) if played else nullcontext()
-    with EmbeddedStack(run_dir / "stack", durable=durable) as stack, served as env_server:
+    stack = EmbeddedStack(run_dir / "stack", durable=durable, broker=args.broker, nodes=args.nodes)
+    with stack, served as env_server:
         if env_server is not None:  # the run plays its environment on the server chaos owns
             servers = json.loads(cfg.env.servers or "{}") | {played: env_server.address}
             cfg = replace(cfg, env=replace(cfg.env, servers=json.dumps(servers)))
@@ -133,6 +142,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     result = {
         "run_id": cfg.run_id,
         "seed": args.seed,
+        "broker": f"{stack.broker} x{stack.nodes}",
         "faults": sum(1 for f in faults if f.injected),
         "faults_planned": len(faults),
         "fault_kinds": sorted({f.kind for f in faults if f.injected}),

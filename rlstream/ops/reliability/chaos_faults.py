@@ -5,6 +5,7 @@ audit are `chaos.py`."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -22,7 +23,8 @@ PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
                   "kill:processors", "kill:rollouts", "stop:rollouts")  # fmt: skip
 STORE_FAULTS = ("kill:broker", "s3-down", "qdrant-down")
 SERVER_FAULTS = ("kill:env",)  # a server of the run that is not one of its processes
-FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS + SERVER_FAULTS
+CLUSTER_FAULTS = ("kill:leader",)  # one node of a three-node Kafka cluster
+FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS + SERVER_FAULTS + CLUSTER_FAULTS
 OUTSIDE = ("broker", "s3", "qdrant", "env")  # targets that are not processes of the run
 UNTIL = {
     "steps": "the run trains all its rl.steps, faults spread evenly over them",
@@ -47,6 +49,8 @@ class ChaosArgs:
     broker_down_s: float = 5.0
     qdrant_down_s: float = 30.0
     env_down_s: float = 5.0
+    broker: str | None = None  # the stack's (`EmbeddedStack`): tansu or kafka, nodes 1 or 3
+    nodes: int | None = None
     warmup_steps: int = 2  # RL steps before the first fault
     tail_steps: int = 3  # steps left fault-free at the end
     until: str = "steps"  # "steps": the run trains all rl.steps; "faults": see UNTIL
@@ -87,14 +91,30 @@ def environment_of(cfg: Config) -> str:
                      "that does, e.g. --set data.tasks=add,sub,calc")  # fmt: skip
 
 
-def default_kinds(cfg: Config) -> tuple[str, ...]:
+def check_cluster(broker: str | None, nodes: int | None) -> None:
+    """`kill:leader` needs a cluster that outlives one node: ChaosError otherwise."""
+    from rlstream.ops.stack.embedded import broker_choice
+
+    if broker_choice(broker, nodes) != ("kafka", 3):
+        raise ChaosError("kill:leader kills one node of a three-node Kafka cluster: "
+                         "add --broker kafka --nodes 3")  # fmt: skip
+
+
+def default_kinds(cfg: Config, broker: str | None = None, nodes: int | None = None) -> tuple:
     """Every kind that applies to the run: `kill:env` only where its prompts play an
-    environment."""
+    environment, `kill:leader` only on a three-node Kafka cluster."""
+    kinds = PROCESS_FAULTS + STORE_FAULTS
     try:
         environment_of(cfg)
+        kinds += SERVER_FAULTS
     except ChaosError:
-        return PROCESS_FAULTS + STORE_FAULTS
-    return FAULT_KINDS
+        pass
+    try:
+        check_cluster(broker, nodes)
+        kinds += CLUSTER_FAULTS
+    except ChaosError:
+        pass
+    return kinds
 
 
 def schedule(args: ChaosArgs, workers: int) -> list[Fault]:
@@ -109,7 +129,7 @@ def schedule(args: ChaosArgs, workers: int) -> list[Fault]:
     out = out[: args.faults]
     worker = rng.randrange(workers)
     for f in out:
-        if f.kind == "kill:broker":
+        if f.kind in ("kill:broker", "kill:leader"):
             f.target = "broker"
         elif f.kind.endswith("rollouts"):
             worker = worker % workers + 1
@@ -188,8 +208,16 @@ class Injector:
     def inject(self, fault: Fault) -> None:
         if fault.kind == "kill:trainer@checkpoint":
             fault.detail = self._kill_during_checkpoint()
-        elif fault.kind == "kill:broker":
-            self._outage(fault, "tansu", self.stack.kill_server, self.args.broker_down_s)
+        elif fault.kind == "kill:broker":  # every node of the broker
+            fault.injected = time.time()
+            nodes = self.stack.broker_servers()
+            for name in nodes:
+                self.stack.kill_server(name)
+            time.sleep(self.args.broker_down_s)
+            self.stack.start_servers(nodes)
+            fault.detail = {"down_s": self.args.broker_down_s, "nodes": len(nodes)}
+        elif fault.kind == "kill:leader":
+            fault.detail = self._kill_leader()
         elif fault.kind == "kill:env":
             fault.injected = time.time()
             self.env_server.kill()
@@ -215,6 +243,39 @@ class Injector:
             raise ChaosError(f"unknown fault kind {fault.kind!r}")
         fault.injected = fault.injected or time.time()
         fault.lifted = time.time()
+
+    def _kill_leader(self) -> dict:
+        """SIGKILL the node that leads a partition of the experience topic (picked by the run's
+        seed), and start it again after `broker_down_s`: the other two hold every write
+        (min in-sync 2) and elect a new leader; the loop's clients follow it."""
+        import asyncio
+
+        topic = get("experience").topic
+        rng = random.Random(self.args.seed)
+        leaders = asyncio.run(partition_leaders(self.stack.endpoints, topic))
+        partition = rng.choice(sorted(leaders))
+        leader = leaders[partition]
+        at = time.time()
+        self.stack.kill_server(f"kafka-{leader}")
+        deadline = time.monotonic() + self.args.broker_down_s
+        elected, elected_s = None, None  # the partition's leader while the old one is down
+        quiet = logging.getLogger("aiokafka")  # its clients log every refused connection
+        level, quiet.level = quiet.level, logging.CRITICAL
+        while time.monotonic() < deadline:
+            try:
+                now = asyncio.run(partition_leaders(self.stack.endpoints, topic))
+                if now.get(partition, leader) not in (leader, -1):
+                    elected, elected_s = now[partition], round(time.time() - at, 1)
+                    break
+            except Exception:  # noqa: BLE001  (metadata from a cluster mid-election)
+                pass
+            time.sleep(0.2)
+        quiet.setLevel(level)
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        self.stack.start_server(f"kafka-{leader}")
+        return {"topic": topic, "partition": partition, "leader": leader, "new_leader": elected,
+                "elected_after_s": elected_s, "down_s": self.args.broker_down_s,
+                "_at": at}  # fmt: skip
 
     def _vector_store_outage(self) -> dict:
         """The failpoint on for `qdrant_down_s`, and on past that until the scheduler has felt
@@ -264,3 +325,16 @@ class Injector:
             offset += max(0, new.rfind(b"\n") + 1)
             time.sleep(0.005)
         raise ChaosError("the trainer wrote no checkpoint while waiting to kill it")
+
+
+async def partition_leaders(endpoints, topic: str) -> dict[int, int]:
+    """Partition -> the node id that leads it (-1 while none does)."""
+    from rlstream.connectors.kafka import admin
+
+    client = admin(endpoints)
+    await client.start()
+    try:
+        (described,) = await client.describe_topics([topic])
+        return {p["partition"]: p["leader"] for p in described["partitions"]}
+    finally:
+        await client.close()

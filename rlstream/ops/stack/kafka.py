@@ -108,7 +108,7 @@ def fetch_jars(libs: Path) -> None:
 @dataclass(frozen=True)
 class Node:
     node_id: int
-    port: int  # clients (PLAINTEXT)
+    port: int  # clients (PLAINTEXT, or SASL / TLS)
     controller_port: int
     directory: Path
 
@@ -128,23 +128,85 @@ SCRAM_USER = "rlstream"
 SCRAM_MECHANISM = "SCRAM-SHA-256"
 
 
-def server_properties(node: Node, voters: list[Node], scram_password: str | None = None) -> str:
+@dataclass(frozen=True)
+class Tls:
+    """The stack's TLS material: the brokers' keystore (PKCS12, its key signed by the stack's
+    own CA) and the CA's certificate, which clients verify the brokers with."""
+
+    keystore: Path
+    password: str
+    ca: Path
+
+
+def keytool() -> str:
+    return str(Path(java_binary()).resolve().with_name("keytool"))
+
+
+def make_certificates(directory: Path, password: str) -> Tls:
+    """A CA and a broker certificate for 127.0.0.1 and localhost, signed by it, with the JDK's
+    keytool (once: a restarted stack keeps them, so clients keep trusting its CA)."""
+    tls = Tls(directory / "broker.p12", password, directory / "ca.pem")
+    if tls.keystore.is_file() and tls.ca.is_file():
+        return tls
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_store, csr, signed = directory / "ca.p12", directory / "broker.csr", directory / "broker.pem"
+    for path in (ca_store, tls.keystore):
+        path.unlink(missing_ok=True)
+    store = ["-storetype", "PKCS12", "-storepass", password]
+    names = "SAN=ip:127.0.0.1,dns:localhost"
+    steps = [
+        ["-genkeypair", "-alias", "ca", "-dname", "CN=rlstream stack CA", "-ext", "bc:c",
+         "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650", "-keystore", ca_store],
+        ["-exportcert", "-rfc", "-alias", "ca", "-keystore", ca_store, "-file", tls.ca],
+        ["-genkeypair", "-alias", "broker", "-dname", "CN=127.0.0.1", "-ext", names,
+         "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650", "-keystore", tls.keystore],
+        ["-certreq", "-alias", "broker", "-keystore", tls.keystore, "-file", csr],
+        ["-gencert", "-rfc", "-alias", "ca", "-keystore", ca_store, "-infile", csr,
+         "-outfile", signed, "-ext", names, "-validity", "3650"],
+        ["-importcert", "-noprompt", "-alias", "ca", "-file", tls.ca, "-keystore", tls.keystore],
+        ["-importcert", "-alias", "broker", "-file", signed, "-keystore", tls.keystore],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run([keytool(), *map(str, step), *store], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        if done.returncode != 0:
+            raise KafkaInstallError(
+                f"keytool {step[0]} failed: {(done.stdout + done.stderr)[-300:]}"
+            )
+    for path in (ca_store, tls.keystore):
+        path.chmod(0o600)  # the private keys
+    csr.unlink()
+    return tls
+
+
+def client_protocol(sasl: bool, tls: bool) -> str:
+    """The clients' listener: PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL."""
+    return {(False, False): "PLAINTEXT", (True, False): "SASL_PLAINTEXT",
+            (False, True): "SSL", (True, True): "SASL_SSL"}[(sasl, tls)]  # fmt: skip
+
+
+def server_properties(
+    node: Node, voters: list[Node], scram_password: str | None = None, tls: Tls | None = None
+) -> str:
     """One node's configuration: broker and controller combined, loopback listeners, internal
     topics replicated like the data topics, no auto-created topics (rlstream creates its topics
     with their final partition counts), group joins without the initial rebalance delay. With
-    `scram_password`, clients and brokers authenticate with SCRAM-SHA-256 as `SCRAM_USER`
-    (SASL_PLAINTEXT: loopback only; the controllers talk PLAINTEXT among themselves)."""
+    `scram_password`, clients and brokers authenticate with SCRAM-SHA-256 as `SCRAM_USER`; with
+    `tls`, they speak TLS to the brokers, which present the stack CA's certificate (the
+    controllers talk PLAINTEXT among themselves, on loopback)."""
     factor, min_isr = replication(len(voters))
     quorum = ",".join(f"{v.node_id}@127.0.0.1:{v.controller_port}" for v in voters)
+    protocol = client_protocol(scram_password is not None, tls is not None)
+    listener = f"{protocol}://127.0.0.1:{node.port}"
     props = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": quorum,  # a static quorum: the nodes never change
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "listeners": f"{listener},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": listener,
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": protocol,
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
         "log.dirs": node.directory / "data",
         "num.partitions": 4,
         "default.replication.factor": factor,
@@ -157,19 +219,27 @@ def server_properties(node: Node, voters: list[Node], scram_password: str | None
         "group.initial.rebalance.delay.ms": 0,
         "auto.create.topics.enable": "false",
         "log.retention.check.interval.ms": 30_000,
+        # a node that stops heartbeating is fenced, and its partitions get new leaders, after
+        # 3 s (the default 9 s: a killed leader's partitions would wait that long on loopback)
+        "broker.session.timeout.ms": 3_000,
+        "broker.heartbeat.interval.ms": 500,
     }
     if scram_password is not None:
-        listener = f"SASL_PLAINTEXT://127.0.0.1:{node.port}"
         login = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
                  f'username="{SCRAM_USER}" password="{scram_password}";')  # fmt: skip
         props |= {
-            "listeners": f"{listener},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": listener,
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
-            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
             "sasl.enabled.mechanisms": SCRAM_MECHANISM,
             "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
-            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": login,
+            f"listener.name.{protocol.lower()}.scram-sha-256.sasl.jaas.config": login,
+        }
+    if tls is not None:
+        props |= {
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": tls.keystore,
+            "ssl.keystore.password": tls.password,
+            "ssl.key.password": tls.password,
+            "ssl.truststore.type": "PEM",  # the brokers verify each other with the stack's CA
+            "ssl.truststore.location": tls.ca,
         }
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -186,7 +256,10 @@ def format_storage(node: Node, cluster: str, scram_password: str | None = None) 
 
 
 def prepare(
-    directory: Path, ports: list[tuple[int, int]], scram_password: str | None = None
+    directory: Path,
+    ports: list[tuple[int, int]],
+    scram_password: str | None = None,
+    tls: Tls | None = None,
 ) -> tuple[list[Node], list[list[str]]]:
     """The cluster's nodes under `directory` (node-1, node-2, ...) with their configuration
     written and storage formatted; returns the nodes and each node's start command. The
@@ -202,9 +275,9 @@ def prepare(
     commands = []
     for node in nodes:
         node.directory.mkdir(parents=True, exist_ok=True)
-        config = server_properties(node, nodes, scram_password)
+        config = server_properties(node, nodes, scram_password, tls)
         (node.directory / "server.properties").write_text(config)
-        (node.directory / "server.properties").chmod(0o600)  # it holds the SCRAM password
+        (node.directory / "server.properties").chmod(0o600)  # it holds the passwords
         done = subprocess.run(format_storage(node, cluster, scram_password), capture_output=True,
                               text=True, timeout=120)  # fmt: skip
         if done.returncode != 0:

@@ -76,13 +76,16 @@ def up(
     broker: str | None = None,
     nodes: int | None = None,
     sasl: bool = False,
+    tls: bool = False,
     timeout_s: float = 180.0,
 ) -> tuple[dict, bool]:
     """Start the stack unless it already runs; return (state, started_now). `broker` and
     `nodes` as `EmbeddedStack` takes them (a first Kafka start fetches its jars)."""
-    broker, nodes = broker_choice(broker, nodes)
+    broker, nodes = broker_choice(broker, nodes, Path(directory))
     if sasl and broker != "kafka":
         raise StackError("--sasl: SCRAM authentication runs on Apache Kafka (--broker kafka)")
+    if tls and broker != "kafka":
+        raise StackError("--tls: the TLS listener runs on Apache Kafka (--broker kafka)")
     if broker == "kafka":  # here, so a missing Java or Maven is one line, not a log's tail
         try:
             kafka.classpath()
@@ -100,6 +103,7 @@ def up(
         cmd += ["--durable"] if durable else []
         cmd += ["--prometheus"] if prometheus else []
         cmd += ["--broker", broker, "--nodes", str(nodes)] + (["--sasl"] if sasl else [])
+        cmd += ["--tls"] if tls else []
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -165,6 +169,7 @@ def supervise(
     broker: str | None = None,
     nodes: int | None = None,
     sasl: bool = False,
+    tls: bool = False,
 ) -> int:
     stop = False
 
@@ -174,9 +179,8 @@ def supervise(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stack = EmbeddedStack(
-        directory, durable=durable, prometheus=prometheus, broker=broker, nodes=nodes, sasl=sasl
-    )
+    stack = EmbeddedStack(directory, durable=durable, prometheus=prometheus, broker=broker,
+                          nodes=nodes, sasl=sasl, tls=tls)  # fmt: skip
     endpoints: Endpoints = stack.start()
     endpoints.write(stack.directory)
     state = {
@@ -221,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker", choices=("tansu", "kafka"))
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--sasl", action="store_true")
+    parser.add_argument("--tls", action="store_true")
     args = parser.parse_args(argv)
-    return supervise(args.dir, args.durable, args.prometheus, args.broker, args.nodes, args.sasl)
+    return supervise(args.dir, args.durable, args.prometheus, args.broker, args.nodes, args.sasl,
+                     args.tls)  # fmt: skip
 
 
 if __name__ == "__main__":
