@@ -86,6 +86,11 @@ SCHEDULER_POOL = Gauge(
 SCHEDULER_IN_FLIGHT = Gauge(
     "rlstream_scheduler_in_flight_groups", "Groups issued but not yet consumed by the trainer."
 )
+ROLLOUT_REQUEST_BACKLOG = Gauge(
+    "rlstream_rollout_requests_backlog",
+    "Rollout request messages the rollout workers' group has not committed past (the consumer "
+    "lag KEDA's Kafka scaler and `loop.rollout_workers=auto:MIN-MAX` scale the workers on).",
+)
 SCHEDULER_REWARDS_REDELIVERED = Counter(
     "rlstream_scheduler_rewards_redelivered_total",
     "Reward rows of a group the sampler already learnt from (a re-scored group), skipped.",

@@ -64,12 +64,19 @@ def run(
     ),
     model: str | None = ModelOpt,
     lora: str | None = LoraOpt,
-    workers: int | None = typer.Option(None, min=1, max=8, help="loop.rollout_workers."),
+    workers: str | None = typer.Option(
+        None, help="loop.rollout_workers: N, or auto:MIN-MAX (scaled on the request backlog)."
+    ),
     seed: int | None = typer.Option(None, help="Seed of splits, corpus, init and sampling."),
     out: Path = typer.Option(Path("runs"), help="Where the run's report, plots and logs go."),
     run_id: str = typer.Option("", help="Run id [default: from the time]."),
     resume: str | None = typer.Option(None, help="Continue RUN_ID from its last checkpoint."),
     data_only: bool = typer.Option(False, help="Only publish, read back and replay prompts."),
+    prepare_only: bool = typer.Option(
+        False,
+        help="Write the run's config.json and publish its data on the configured stack, start no "
+        "process (the processes run elsewhere: docs/deploy.md).",
+    ),
     timeout_s: float = typer.Option(3600, help="Give up if the trainer is not done by then."),
     overrides: list[str] = SetOpt,
     summary: Path | None = SummaryOpt,
@@ -103,6 +110,18 @@ def run(
         model__path=model_source(model), model__lora=lora,
         run_id=run_id or datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S"),
     )  # fmt: skip
+    if prepare_only:
+        from rlstream.ops.launcher.datapath import external_stack
+        from rlstream.ops.launcher.loop import run_loop
+
+        if not external_stack():
+            raise typer.BadParameter("a prepared run needs a stack that outlives this command: "
+                                     "set the RLSTREAM_* endpoints, or `rlstream stack up`",
+                                     param_hint="--prepare-only")  # fmt: skip
+        figures = run_loop(cfg, out, prepare_only=True)
+        print_figures(f"run {cfg.run_id} prepared", figures)
+        write_summary(summary, figures)
+        return
     try:
         figures = watched_run(cfg, out, timeout_s)
     except KeyboardInterrupt:

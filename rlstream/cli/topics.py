@@ -129,7 +129,7 @@ def _turns_cell(row: dict, width: int | None = 72):
     own text plain), cut to `width` characters (None: whole)."""
     from rich.text import Text
 
-    text, spans = row["completion"], row["env_spans"]
+    text, spans = row["completion"], row.get("env_spans") or []
     cell, at = Text(), 0
     for start, end in zip(spans[::2], spans[1::2], strict=True):
         cell.append(text[at:start].replace("\n", "⏎"))
@@ -201,11 +201,13 @@ def tail(
                     out = {k: _json_value(v) for k, v in row.items()}
                     print(json.dumps({**out, **where_}), flush=True)
             elif rows:
-                episodes = [row for row in rows if row.get("env_spans")]
+                # an episode by its environment (one that failed at its first step has no
+                # environment text, and still is one)
+                episodes = [row for row in rows if row.get("environment")]
                 for row in episodes:
                     for line in _episode_lines(row):
                         console.print(line, no_wrap=True, overflow="ellipsis", soft_wrap=False)
-                rows = [row for row in rows if not row.get("env_spans")]
+                rows = [row for row in rows if not row.get("environment")]
                 if rows:
                     table = Table(show_header=first, box=None, pad_edge=False)
                     for name in columns:

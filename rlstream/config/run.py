@@ -54,12 +54,26 @@ class CheckpointConfig:
 class LoopConfig:
     """The streaming loop's transport and processes (ignored in-process)."""
 
-    rollout_workers: int = 2
-    """rollout worker processes"""
+    rollout_workers: str = "2"
+    """rollout worker processes: N, or auto:MIN-MAX (started at MIN, one added while the
+    rollout requests' backlog stays above autoscale_lag messages a worker, one retired while it
+    stays below; MAX at most the request topic's partitions)"""
+    autoscale_lag: int = 8
+    """auto workers: the request backlog (messages not yet committed by the rollout workers'
+    group, as KEDA's Kafka scaler counts it) one worker is meant to carry"""
+    autoscale_up_s: float = 10.0
+    """auto workers: how long the backlog must call for more workers before one is added"""
+    autoscale_down_s: float = 30.0
+    """auto workers: how long it must call for fewer before one is retired (SIGTERM: it leaves
+    its consumer group, whose requests go to the others in a rebalance)"""
     target_in_flight: int = 96
     """rollout requests in flight (issued, not yet trained on): the scheduler's pacing bound"""
     publish_every: int = 1
     """RL steps between policy versions published to the rollout workers"""
+    weight_sync: str = "s3"
+    """how policy versions reach the rollout workers: s3 (through the object store), or an
+    absolute directory every process of the run sees (a shared volume): written there, loaded
+    in place (the versions kept for good and the last still go to the store)"""
     session_timeout_ms: int = 6000
     """consumer-group session timeout"""
     max_restarts: int = 5
@@ -77,12 +91,50 @@ class LoopConfig:
     cores, falling)"""
 
     def __post_init__(self):
-        at_least("loop", "rollout_workers", self.rollout_workers, 1)
+        self.rollout_workers = str(self.rollout_workers)
+        self.worker_range  # noqa: B018  (checked here: a bad value is one line at load)
+        if self.weight_sync != "s3" and not Path(self.weight_sync).is_absolute():
+            raise ConfigError(
+                f"loop.weight_sync: {self.weight_sync!r}; s3, or an absolute directory every "
+                "process of the run sees, e.g. /shared/policies"
+            )
+        at_least("loop", "autoscale_lag", self.autoscale_lag, 1)
+        at_least("loop", "autoscale_up_s", self.autoscale_up_s, 0)
+        at_least("loop", "autoscale_down_s", self.autoscale_down_s, 0)
         at_least("loop", "target_in_flight", self.target_in_flight, 1)
         at_least("loop", "publish_every", self.publish_every, 1)
         at_least("loop", "max_restarts", self.max_restarts, 0)
         at_least("loop", "restart_window_s", self.restart_window_s, 1)
         at_least("loop", "s3_retry_s", self.s3_retry_s, 0)
+
+    @property
+    def worker_range(self) -> tuple[int, int]:
+        """(MIN, MAX) rollout workers: (N, N) for a fixed N."""
+        return worker_range(self.rollout_workers)
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.worker_range[0] != self.worker_range[1]
+
+
+def worker_range(spec: str) -> tuple[int, int]:
+    """`N` or `auto:MIN-MAX` as (MIN, MAX); ConfigError naming the field and the fix."""
+    from rlstream.schemas import get
+
+    most = get("rollout_requests").partitions  # a worker beyond them would get no partition
+    text = str(spec).strip()
+    low = high = None
+    if text.isdigit():
+        low = high = int(text)
+    elif text.startswith("auto:") and text[5:].replace("-", "", 1).isdigit() and "-" in text:
+        low, high = (int(v) for v in text[5:].split("-"))
+    if low is None or not 1 <= low <= high or (high > most and low != high):
+        raise ConfigError(
+            f"loop.rollout_workers: {spec!r}; a number of workers (1 or more), or auto:MIN-MAX "
+            f"with 1 <= MIN <= MAX <= {most} (the rollout request topic's partitions), "
+            "e.g. auto:1-4"
+        )
+    return low, high
 
 
 @dataclass

@@ -301,13 +301,16 @@ class EventProducer:
 
 
 async def highwaters(endpoints: Endpoints, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-    """The true end offset of each partition, read from a fetch response (Tansu's ListOffsets,
-    `end_offsets`, is low on s3 storage and for batches of several records: INFRA.md)."""
+    """The true end offset of each partition: ListOffsets (`end_offsets`) on Apache Kafka;
+    elsewhere read from a fetch response (Tansu's ListOffsets is low on s3 storage and for
+    batches of several records: INFRA.md)."""
     c = consumer(endpoints, fetch_max_wait_ms=50, max_partition_fetch_bytes=1)
     try:
         await c.start()
         c.assign(tps)
         hint = await c.end_offsets(tps)
+        if endpoints.is_kafka:
+            return hint
         for tp in tps:
             c.seek(tp, hint[tp])
         for _ in range(100):
@@ -358,3 +361,21 @@ async def log_start_offsets(endpoints: Endpoints, topic: str) -> dict[int, int]:
         return {tp.partition: offset for tp, offset in starts.items()}
     finally:
         await c.stop()
+
+
+async def group_lag(endpoints: Endpoints, group: str, topic: str) -> int:
+    """Messages of `topic` that consumer group `group` has not committed past, summed over the
+    partitions (from the log's start where it committed nothing): the backlog KEDA's Kafka
+    scaler reads for the same topic and group."""
+    c = consumer(endpoints, group_id=group)
+    await c.start()
+    try:
+        tps = await topic_partitions(c, topic)
+        if not tps:
+            return 0
+        starts = await c.beginning_offsets(tps)
+        committed = {tp: await c.committed(tp) for tp in tps}
+    finally:
+        await c.stop()
+    ends = await highwaters(endpoints, tps)
+    return sum(max(0, ends[tp] - (committed[tp] or starts[tp])) for tp in tps)

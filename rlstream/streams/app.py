@@ -110,6 +110,23 @@ def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
     return app
 
 
+CHANGELOG_SEGMENT_BYTES = 8 << 20
+CHANGELOG_TOMBSTONES_KEPT_MS = 10 * 60 * 1000
+
+
+def changelog_configs(app: faust.App) -> dict[str, str]:
+    """A table's changelog topic settings on Apache Kafka (none elsewhere). faust makes it
+    compacted; Kafka compacts only segments that have rolled (1 GiB by default: never, in a
+    run) and keeps a deleted key's tombstone for a day. A table of half-joined groups gets a
+    new key per request, written, then deleted once the group is complete: small segments and
+    tombstones kept 10 minutes keep its changelog (what a restart reads) near the live keys."""
+    endpoints = getattr(app, transport.ENDPOINTS_ATTR, None)
+    if endpoints is None or not endpoints.is_kafka:
+        return {}
+    return {"segment.bytes": str(CHANGELOG_SEGMENT_BYTES),
+            "delete.retention.ms": str(CHANGELOG_TOMBSTONES_KEPT_MS)}  # fmt: skip
+
+
 def raw_topic(app: faust.App, *names: str) -> faust.TopicT:
     return app.topic(*names, key_serializer="raw", value_serializer="raw")
 

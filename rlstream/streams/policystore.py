@@ -5,6 +5,12 @@ A version is a Hugging Face directory (`save_policy`: config.json, model.safeten
 tokenizer files, rlstream.json) under `<run>/policies/version=NNNNNN/`; its `checkpoint_uri` is
 that prefix. `rlstream export` copies one out; plain `transformers` loads it.
 
+With `loop.weight_sync=DIR` (a directory every process of the run sees: a shared volume) the
+versions go there instead (`SharedPolicies`: `DIR/<run>/version=NNNNNN/`, renamed into place
+whole) and are announced as file:// URIs, which the followers load in place, with no object
+store round trip; the versions kept for good and the last one are also uploaded, so `rlstream
+export` and the registry find them.
+
 The store keeps the newest `checkpoint.keep_policies` versions, version 0 and every
 `checkpoint.keep_policy_every`-th (`PolicyPruner`): kept whole, 920 soak steps of a 0.35M
 model stored 3 GB of versions, and a follower only ever loads the newest. A follower that was
@@ -14,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import tempfile
+from pathlib import Path
 
 from minio.error import S3Error
 
@@ -72,6 +80,34 @@ class PolicyPruner:
         return gone
 
 
+class SharedPolicies:
+    """A run's policy versions in a shared directory, pruned like the store's."""
+
+    def __init__(self, root: str | Path, run_id: str, keep: int, every: int):
+        self.directory = Path(root) / run_id
+        self.keep, self.every = keep, every
+
+    def write(self, policy: Policy) -> str:
+        """The version's directory, written beside and renamed into place (a follower never
+        sees half of it); its file:// URI."""
+        final = self.directory / f"version={policy.version:06d}"
+        partial = final.with_name(final.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        save_policy(policy, partial)
+        shutil.rmtree(final, ignore_errors=True)  # a restarted trainer writes its version again
+        partial.rename(final)
+        return f"file://{final}"
+
+    def prune(self, newest: int) -> list[int]:
+        gone = []
+        for path in self.directory.glob("version=*"):
+            version = int(path.name.removeprefix("version=").removesuffix(".partial"))
+            if not kept(version, newest, self.keep, self.every):
+                shutil.rmtree(path, ignore_errors=True)
+                gone.append(version)
+        return sorted(gone)
+
+
 def upload_policy(store: ObjectStore, prefix: str, policy: Policy) -> None:
     """Every file of the version's directory, rlstream.json last (it marks it complete)."""
     with tempfile.TemporaryDirectory() as d:
@@ -89,6 +125,11 @@ def preload() -> None:
 
 
 def fetch_policy(store: ObjectStore, uri: str, device: str = "cpu") -> Policy:
+    if uri.startswith("file://"):  # a shared directory (loop.weight_sync): loaded in place
+        directory = Path(uri.removeprefix("file://"))
+        if not (directory / POLICY_META).is_file():
+            raise FileNotFoundError(f"no policy version in {directory}")
+        return load_policy(directory, device)
     with tempfile.TemporaryDirectory() as d:
         return load_policy(download_policy(store, uri, d), device)
 
@@ -102,15 +143,25 @@ async def publish_policy(
     phase: str,
     groups_consumed: int = 0,
     upload: bool = True,
+    shared: SharedPolicies | None = None,
+    every: int = 0,
 ) -> str:
     """Weights first, then the event: a worker never hears of weights it cannot load.
 
     upload=False re-announces the current version (a demand signal for the scheduler).
+    `shared`: the weights go to the shared directory and are announced from there; the object
+    store gets the versions kept for good (`every`) and the last (phase done) for the record.
     """
     prefix = policy_prefix(run_id, policy.version)
     uri = f"s3://{store.bucket}/{prefix}"
-    if upload:
+    if upload and shared is not None:
+        uri = await asyncio.to_thread(shared.write, policy)
+        if kept_for_good(policy.version, every) or phase == "done":
+            await asyncio.to_thread(upload_policy, store, prefix, policy)
+    elif upload:
         await asyncio.to_thread(upload_policy, store, prefix, policy)
+    elif shared is not None:
+        uri = f"file://{shared.directory / f'version={policy.version:06d}'}"
     row = {
         "version": policy.version,
         "checkpoint_uri": uri,

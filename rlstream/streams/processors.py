@@ -23,7 +23,7 @@ import faust
 from rlstream import metrics
 from rlstream.connectors.objectstore import ObjectStore, experience_object
 from rlstream.schemas import DecodeError, get, rows_to_batch
-from rlstream.streams.app import Glue, done, raw_topic
+from rlstream.streams.app import Glue, changelog_configs, done, raw_topic
 from rlstream.trainers.experience import (
     RowLimits,
     RowRefused,
@@ -142,6 +142,7 @@ def attach_assemble_experience(app: faust.App, glue: Glue, cfg: ProcessorConfig)
         partitions=ROLLOUTS.partitions,
         key_type=bytes,
         value_type=bytes,
+        extra_topic_configs=changelog_configs(app),
     )
     completed = 0
 

@@ -1,20 +1,27 @@
 """The scheduler's inputs: the run's prompt pool as it is published (admitted or refused with the
-reason) and the trainer's demand for experience, followed from its policy versions."""
+reason) and the trainer's demand for experience, followed from its policy versions; and the
+rollout workers' request backlog, exported as a gauge while the run lasts."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 
+from rlstream import metrics
 from rlstream.config import Config
 from rlstream.connectors.deadletter import DeadLetters
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.connectors.kafka import group_lag
 from rlstream.connectors.reading import ReadRange, follow_run, read_topic
 from rlstream.schemas import DecodeError, decode, get
 from rlstream.trainers.datasets import DatasetView, prompt_problem
 from rlstream.trainers.envs import Prompt
 
 PROMPTS, POLICY_VERSIONS = get("prompts"), get("policy_versions")
+REQUESTS = get("rollout_requests")
+log = logging.getLogger(__name__)
 
 
 def in_snapshot_order(
@@ -114,3 +121,20 @@ async def follow_trainer(endpoints: Endpoints, run_id: str, demand: Demand) -> N
                     )
             if demand.done:
                 return
+
+
+BACKLOG_EVERY_S = 5.0
+
+
+async def export_backlog(endpoints: Endpoints, group: str, demand: Demand) -> None:
+    """The rollout workers' request backlog as a gauge (`ROLLOUT_REQUEST_BACKLOG`), for the
+    dashboard and its alert: the same consumer lag the autoscaler and KEDA read."""
+    while not demand.done:
+        try:
+            metrics.ROLLOUT_REQUEST_BACKLOG.set(await group_lag(endpoints, group, REQUESTS.topic))
+        except Exception as exc:  # noqa: BLE001  (a broker outage: the gauge keeps its value)
+            log.debug("backlog not measured: %s", exc)
+        for _ in range(int(BACKLOG_EVERY_S / 0.5)):  # the run's end is not kept waiting
+            if demand.done:
+                return
+            await asyncio.sleep(0.5)

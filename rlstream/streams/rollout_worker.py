@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import zlib
 from collections import Counter
@@ -181,7 +182,8 @@ def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, type=Path)
-    parser.add_argument("--worker-id", default=f"w{os.getpid()}")
+    # distinct per replica: it seeds the worker's sampling (a container's pid is the same in all)
+    parser.add_argument("--worker-id", default=f"{socket.gethostname()}-{os.getpid()}")
     args = parser.parse_args(argv)
     cfg = Config.read(args.config)
     sandbox.configure(cfg.sandbox)  # the python environment's tool calls run there

@@ -66,10 +66,16 @@ from rlstream.streams.ppm_export import load_warm_start
 from rlstream.streams.prompt_feed import (
     Demand,
     PromptFeed,
+    export_backlog,
     follow_trainer,
     in_snapshot_order,
 )
-from rlstream.streams.selection_stats import Calibration, RewardGroups, SelectionClock
+from rlstream.streams.selection_stats import (
+    Calibration,
+    RewardGroups,
+    SelectionClock,
+    selection_rows,
+)
 from rlstream.trainers.checkpoint import from_bytes, to_bytes
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.experience import RowLimits, RowRefused, keep_rows_of_run, row_problem
@@ -320,34 +326,10 @@ class Scheduler:
                 "curriculum_raises": len(f["curriculum_raised_at"])}  # fmt: skip
 
     async def report_calibration(self, producer: EventProducer, step: int) -> None:
-        """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r) and
-        its prior strength per task family, as eval_results rows (task `ppm`: the report,
-        MLflow) and gauges; and what choosing prompts has cost so far (task `scheduler`)."""
-        rows = [
-            {"event_id": make_event_id("select_cost", self.cfg.run_id, self.issued_rounds, k),
-             "step": step, "task": "scheduler", "metric": k, "value": float(v),
-             "n": self.clock.rounds}
-            for k, v in self.clock.figures().items() | self.curriculum_figures().items()
-        ]  # fmt: skip
-        for window, figures in self.calibration.figures().items():
-            metrics.SCHEDULER_PPM_BRIER.labels(window).set(figures["brier"])
-            metrics.SCHEDULER_PPM_PEARSON.labels(window).set(figures["pearson_r"])
-            rows += [
-                {"event_id": make_event_id("ppm_calibration", self.cfg.run_id,
-                                           self.issued_rounds, window, k),
-                 "step": step, "task": "ppm", "metric": f"{k}_{window}",
-                 "value": float(figures[k]), "n": figures["n_prompts"]}
-                for k in ("brier", "pearson_r")
-            ]  # fmt: skip
+        """What selection measured of itself (`selection_rows`), as eval_results rows."""
         strengths = getattr(self.sampler, "family_strengths", dict)()  # PPM sampler only
-        for family, k in strengths.items():
-            metrics.SCHEDULER_PPM_PRIOR_STRENGTH.labels(family).set(k)
-            rows.append(
-                {"event_id": make_event_id("ppm_prior", self.cfg.run_id, self.issued_rounds,
-                                           family),
-                 "step": step, "task": "ppm", "metric": f"prior_strength_{family}",
-                 "value": float(k), "n": self.clock.rounds}
-            )  # fmt: skip
+        rows = selection_rows(self.cfg.run_id, self.issued_rounds, step, self.clock,
+                              self.calibration, self.curriculum_figures(), strengths)  # fmt: skip
         if rows:
             await producer.send(EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id))
 
@@ -434,6 +416,7 @@ async def serve(cfg: Config, endpoints: Endpoints) -> None:
                     follow_trainer(endpoints, cfg.run_id, demand),
                     scheduler.issue(producer, demand),
                     scheduler.learn_from_rewards(demand, producer),
+                    export_backlog(endpoints, cfg.group("rollout-workers"), demand),
                 )
             finally:
                 prompts.cancel()

@@ -10,6 +10,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from rlstream import metrics
+from rlstream.schemas import make_event_id
 
 # Completed groups remembered to skip a redelivery: a duplicate comes from the processors
 # re-scoring the rollouts they had not committed when they were restarted, which is at most
@@ -144,3 +145,39 @@ class RewardGroups:
                 got = {-1 - i: r for i, r in enumerate(got)}
             self.partial[request_id] = dict(got)
         self.completed = dict.fromkeys(state.get("completed", []))
+
+
+def selection_rows(
+    run_id: str,
+    round_: int,
+    step: int,
+    clock: SelectionClock,
+    calibration,
+    curriculum: dict[str, float],
+    strengths: dict[str, float],
+) -> list[dict]:
+    """The PPM's calibration on prompts it had never seen rolled out (Brier, Pearson r) and its
+    prior strength per task family, as eval_results rows (task `ppm`: the report, MLflow) and
+    gauges; what choosing prompts has cost so far and the curriculum (task `scheduler`)."""
+    rows = [
+        {"event_id": make_event_id("select_cost", run_id, round_, k), "step": step,
+         "task": "scheduler", "metric": k, "value": float(v), "n": clock.rounds}
+        for k, v in clock.figures().items() | curriculum.items()
+    ]  # fmt: skip
+    for window, figures in calibration.figures().items():
+        metrics.SCHEDULER_PPM_BRIER.labels(window).set(figures["brier"])
+        metrics.SCHEDULER_PPM_PEARSON.labels(window).set(figures["pearson_r"])
+        rows += [
+            {"event_id": make_event_id("ppm_calibration", run_id, round_, window, k),
+             "step": step, "task": "ppm", "metric": f"{k}_{window}",
+             "value": float(figures[k]), "n": figures["n_prompts"]}
+            for k in ("brier", "pearson_r")
+        ]  # fmt: skip
+    for family, k in strengths.items():
+        metrics.SCHEDULER_PPM_PRIOR_STRENGTH.labels(family).set(k)
+        rows.append(
+            {"event_id": make_event_id("ppm_prior", run_id, round_, family), "step": step,
+             "task": "ppm", "metric": f"prior_strength_{family}", "value": float(k),
+             "n": clock.rounds}
+        )  # fmt: skip
+    return rows

@@ -52,7 +52,7 @@ from rlstream.streams.experience_checks import (
     VersionWindow,
     ledger_prefix,
 )
-from rlstream.streams.policystore import PolicyPruner, publish_policy
+from rlstream.streams.policystore import PolicyPruner, SharedPolicies, publish_policy
 from rlstream.streams.trainer_data import eval_rows, load_dataset
 from rlstream.streams.trainer_rl import rl
 from rlstream.streams.trainer_summary import summarize
@@ -89,8 +89,10 @@ class StreamTrainer:
     def __init__(self, cfg: Config, endpoints: Endpoints):
         self.cfg, self.endpoints = cfg, endpoints
         self.store = ObjectStore(endpoints)
-        self.pruner = PolicyPruner(self.store, cfg.run_id, cfg.checkpoint.keep_policies,
-                                   cfg.checkpoint.keep_policy_every)  # fmt: skip
+        keep, every = cfg.checkpoint.keep_policies, cfg.checkpoint.keep_policy_every
+        self.pruner = PolicyPruner(self.store, cfg.run_id, keep, every)
+        sync = cfg.loop.weight_sync
+        self.shared = None if sync == "s3" else SharedPolicies(sync, cfg.run_id, keep, every)
         self.ckpts = PrefixStore(self.store, checkpoint_prefix(cfg.run_id))
         self.state = TrainState(cfg, threads=cfg.threads(streaming=True))
         self.val: Corpus | None = None
@@ -228,9 +230,13 @@ class StreamTrainer:
             phase,
             int(self.counters["groups_consumed"]),
             upload=upload,
+            shared=self.shared,
+            every=self.cfg.checkpoint.keep_policy_every,
         )
         if upload:  # the store keeps the newest versions and every keep_policy_every-th
             await asyncio.to_thread(self.pruner.published, policy.version)
+            if self.shared is not None:
+                await asyncio.to_thread(self.shared.prune, policy.version)
 
     async def load_data(self) -> None:
         """Evaluation prompts and the pre-training corpus from the run's dataset (waiting for

@@ -11,7 +11,8 @@ partitions' highwaters, which it takes from ListOffsets (`end_offsets`); Tansu a
 short on s3 storage (INFRA.md), so a restarted assembler recovered its table without the last
 writes and dropped the half-joined group they held, while the input offsets that had built it
 were already committed (`rlstream chaos`: one group lost after a processors kill, on a durable
-stack). Here the highwaters come from a fetch response, which is always right.
+stack). Here the highwaters come from a fetch response, which is always right (on Apache
+Kafka, whose ListOffsets is right, from ListOffsets as faust takes them).
 
 Commits that never pass a message no agent acked. faust commits the first run of consecutive
 acked offsets, and its check for an unacked head allows a hole of exactly one message
@@ -81,8 +82,8 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):
 
     async def _highwaters(self, partitions):
         endpoints = getattr(self.app, ENDPOINTS_ATTR, None)
-        if endpoints is None or self.consumer.in_transaction:
-            return await super()._highwaters(partitions)
+        if endpoints is None or endpoints.is_kafka or self.consumer.in_transaction:
+            return await super()._highwaters(partitions)  # ListOffsets: right on Kafka
         return await highwaters(endpoints, list(partitions))
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import faust
 
 from rlstream import metrics, sandbox
+from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.streams.app import Glue, make_app
@@ -56,19 +57,34 @@ def build(app_id: str, names: list[str], cfg: ProcessorConfig, endpoints: Endpoi
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("processors", nargs="+", help=f"any of {sorted(PROCESSORS)}")
-    parser.add_argument("--app-id", required=True, help="faust app id = consumer group")
+    parser.add_argument("--app-id", help="faust app id = consumer group [default: the --config "
+                        "run's processors group]")  # fmt: skip
     parser.add_argument("--source", help="read this topic instead of the processor's input")
     parser.add_argument("--sink", help="write this topic instead of the processor's output")
     parser.add_argument("--verifier", default="verifier", help="verifier name on rewards")
     parser.add_argument("--no-archive", action="store_true", help="do not archive experience")
     parser.add_argument("--reward-rules", help="JSON reward-rules file score_rollouts applies")
     parser.add_argument("--reward-fn", help="module:function reward function (TRL's shape)")
-    parser.add_argument("--verifier-timeout-s", type=float, default=10.0)
-    parser.add_argument("--run-id", help="process only this run's rows (default: every run's)")
+    parser.add_argument("--verifier-timeout-s", type=float, help="[default: the --config run's, "
+                        "else 10]")  # fmt: skip
+    parser.add_argument("--run-id", help="process only this run's rows [default: the --config "
+                        "run's; without a config, every run's]")  # fmt: skip
     parser.add_argument("--config", type=Path, help="the run's config: rows are checked against "
-                        "its model's vocabulary and context and its group size")  # fmt: skip
+                        "its model's vocabulary and context and its group size; it gives the "
+                        "app id, run id and reward settings not given")  # fmt: skip
     parser.add_argument("--loglevel", default=os.environ.get("RLSTREAM_LOGLEVEL", "WARNING"))
     args = parser.parse_args(argv)
+    if args.config is not None:  # a pod of the cluster manifests gives only its run's config
+        run = Config.read(args.config)
+        args.app_id = args.app_id or run.group("processors")
+        args.run_id = args.run_id or run.run_id
+        if not (args.reward_rules or args.reward_fn):
+            args.reward_rules, args.reward_fn = run.rl.reward_rules, run.rl.reward_fn
+        if args.verifier_timeout_s is None:
+            args.verifier_timeout_s = run.rl.verifier_timeout_s
+    args.verifier_timeout_s = 10.0 if args.verifier_timeout_s is None else args.verifier_timeout_s
+    if not args.app_id:
+        parser.error("--app-id: needed without --config")
     endpoints = Endpoints.from_env()
     store = None if args.no_archive else ObjectStore(endpoints)
     custom = args.reward_rules or args.reward_fn

@@ -119,17 +119,24 @@ def remote_run(stack_home, tmp_path_factory):
     return json.loads(summary.read_text()), restarted_at
 
 
+def _episode_failures(endpoints) -> dict[str, set[str]]:
+    """Prompt id -> the kinds its episodes were dead-lettered with."""
+    prompt_of = {r["request_id"]: r["prompt_id"]
+                 for r in asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))}  # fmt: skip
+    by_prompt: dict[str, set[str]] = {}
+    for letter in asyncio.run(_run_rows(endpoints, "dead_letters", RUN)):
+        if letter["source_topic"] == "rl.rollouts.v1" and letter["error_kind"].startswith("env_"):
+            prompt_id = prompt_of[letter["reason"].split()[1]]  # "request <id> sample <k> ..."
+            by_prompt.setdefault(prompt_id, set()).add(letter["error_kind"])
+    return by_prompt
+
+
 def test_malformed_json_and_a_closed_socket_are_dead_lettered_by_kind(remote_run):
     figures, _ = remote_run
     assert figures["completed"] and figures["env_failed_groups"] > 0
-    endpoints = Endpoints.from_env()
-    prompt_of = {r["request_id"]: r["prompt_id"]
-                 for r in asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))}  # fmt: skip
     kinds: dict[str, set[str]] = {}
-    for letter in asyncio.run(_run_rows(endpoints, "dead_letters", RUN)):
-        if letter["source_topic"] == "rl.rollouts.v1" and letter["error_kind"].startswith("env_"):
-            server = prompt_of[letter["reason"].split()[1]].split("-")[0]
-            kinds.setdefault(server, set()).add(letter["error_kind"])
+    for prompt_id, failed in _episode_failures(Endpoints.from_env()).items():
+        kinds.setdefault(prompt_id.split("-")[0], set()).update(failed)
     assert kinds.get("garbage") == {"env_protocol"}, kinds
     assert kinds.get("hangup") == {"env_closed"}, kinds
 
@@ -166,12 +173,8 @@ def test_a_failing_environment_is_dead_lettered_by_kind_and_never_trained(remote
     endpoints = Endpoints.from_env()
     prompt_of = {r["request_id"]: r["prompt_id"]
                  for r in asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))}  # fmt: skip
-    by_prompt: dict[str, set[str]] = {}
-    for letter in asyncio.run(_run_rows(endpoints, "dead_letters", RUN)):
-        if letter["source_topic"] == "rl.rollouts.v1" and letter["error_kind"].startswith("env_"):
-            prompt_id = prompt_of[letter["reason"].split()[1]]  # "request <id> sample <k> ..."
-            if prompt_id.split("-")[0] in (*FAILS, "fine"):
-                by_prompt.setdefault(prompt_id, set()).add(letter["error_kind"])
+    by_prompt = {prompt_id: kinds for prompt_id, kinds in _episode_failures(endpoints).items()
+                 if prompt_id.split("-")[0] in (*FAILS, "fine")}  # fmt: skip
     assert by_prompt, "no episode of the user's environment was dead-lettered"
     for prompt_id, kinds in by_prompt.items():
         assert kinds == {FAILS[prompt_id.split("-")[0]]}, (prompt_id, kinds)  # never a fine one

@@ -1,5 +1,6 @@
 """Building blocks the streaming loop calls: build, rollout, score, experience, update, bytes."""
 
+import pytest
 import torch
 
 from rlstream.config import ModelConfig, load_config
@@ -88,3 +89,26 @@ def test_train_local_with_injected_store_and_sampler():
     )
     assert CountingSampler.calls == 3 and s["rl_steps"] == 3
     assert store.list() == ["step-00000006.pt", "step-00000009.pt"]
+
+
+def test_a_shared_directory_holds_whole_versions_loaded_in_place_and_pruned(tmp_path):
+    """loop.weight_sync=DIR: a version is renamed into place whole, a follower loads it from
+    its file:// URI (no object store), and only the newest `keep` and those kept for good
+    stay."""
+    from dataclasses import replace
+
+    from rlstream.streams.policystore import SharedPolicies, fetch_policy
+
+    shared = SharedPolicies(tmp_path, "run-a", keep=2, every=3)
+    policy = build_policy()
+    uris = [shared.write(replace(policy, version=v)) for v in range(5)]
+    assert not list(tmp_path.glob("run-a/*.partial"))
+    loaded = fetch_policy(None, uris[4])
+    assert loaded.version == 4
+    for a, b in zip(policy.model.parameters(), loaded.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert shared.prune(4) == [1, 2]  # 0 and 3 kept for good, 3 and 4 the newest two
+    kept = sorted(p.name for p in (tmp_path / "run-a").iterdir())
+    assert kept == ["version=000000", "version=000003", "version=000004"]
+    with pytest.raises(FileNotFoundError):  # pruned while announced: the follower skips it
+        fetch_policy(None, uris[1])

@@ -95,6 +95,10 @@ def test_a_set_without_a_value_is_an_error():
         ("rl.reward_rules=/no/such/rules.json", "rl.reward_rules"),
         ('env.servers={"world": "10.0.0.5:8000"}', "env.servers"),
         ("env.servers=[1]", "env.servers"),
+        ("loop.rollout_workers=auto:3-2", "loop.rollout_workers"),
+        ("loop.rollout_workers=auto:1-9", "loop.rollout_workers"),
+        ("loop.rollout_workers=some", "loop.rollout_workers"),
+        ("loop.rollout_workers=0", "loop.rollout_workers"),
     ],
 )
 def test_bad_values_name_the_field(item, field):

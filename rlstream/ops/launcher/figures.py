@@ -12,6 +12,7 @@ from rlstream.connectors.reading import read_rows_where
 from rlstream.schemas import get
 
 PROMPTS = get("prompts")
+EXPERIENCE_TOPIC = get("experience").topic
 
 
 async def _run_rows(endpoints: Endpoints, event_name: str, run_id: str) -> list[dict]:
@@ -96,12 +97,19 @@ def collect(endpoints: Endpoints, cfg: Config) -> dict:
     ppm = cfg.selection.sampler == "ppm"
     figures = {"run_id": cfg.run_id, "sampler": cfg.selection.sampler,
                "ppm_features": cfg.ppm_feature_spec() if ppm else None, **trainer}  # fmt: skip
+    from rlstream.connectors.kafka import log_start_offsets
+
+    # records the broker has dropped (Kafka's retention on a long run): the archive must still
+    # hold what the topic holds; the rest of it is what retention took
+    dropped = any((asyncio.run(log_start_offsets(endpoints, EXPERIENCE_TOPIC))).values())
+    matches = published_ids <= set(archived) if dropped else set(archived) == published_ids
     figures |= {
         "experience_published": len(published_ids),
         "experience_messages_redelivered": len(published) - len(published_ids),
         "experience_archived": len(archived),
         "archive_duplicates": len(archived) - len(set(archived)),
-        "archive_matches_topic": set(archived) == published_ids,
+        "archive_matches_topic": matches,
+        "experience_dropped_by_broker": dropped,
     }
     figures |= latency(requests, published) | joined_mid_run(prompts, requests, cfg)
     return figures | qdrant_figures(endpoints, cfg)

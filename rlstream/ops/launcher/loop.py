@@ -33,8 +33,12 @@ run past pre-training): they idle through pre-training anyway, and importing tor
 processes at once on 2 cores held the trainer's start-up back."""
 
 
-def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600) -> dict:
-    """Seed, supervise until the trainer is done, collect figures, write the report."""
+def run_loop(
+    cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600, prepare_only: bool = False
+) -> dict:
+    """Seed, supervise until the trainer is done, collect figures, write the report.
+    `prepare_only`: write the run's config and publish its data, and start no process (for
+    processes that run elsewhere, e.g. the cluster manifests in deploy/)."""
     started = time.monotonic()
     from rlstream.connectors.objectstore import ObjectStore
     from rlstream.ops.launcher.datapath import how_to_continue, stack_or_endpoints
@@ -56,20 +60,32 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
         phases["stack_s"] = time.monotonic() - started - sum(phases.values())
         seeded = asyncio.run(seed_topics(endpoints, cfg, out))
         phases["publish_s"] = time.monotonic() - started - sum(phases.values())
+        if prepare_only:
+            return {"run_id": cfg.run_id, "config": str(cfg_path), "prepared": True} | seeded
         watcher = RunWatcher(endpoints, cfg.run_id).start()
         sup = Supervisor(
-            cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.loop.rollout_workers
+            cfg_path, child_env(endpoints, cfg, out), out / "logs", cfg.loop.worker_range[0]
         )
         # the trainer alone first: the others wait for pre-training's first step (or for
         # OTHERS_AFTER_S), so their imports do not compete with the trainer's start-up
         sup.start(("trainer",))
-        (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
-        targets = metrics.file_sd_targets(sup.metrics_endpoints(), cfg.run_id)
-        (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=2))
         scraped = None  # the stack's Prometheus scrapes the run while it runs
         if endpoints.prometheus_targets:
             scraped = Path(endpoints.prometheus_targets) / f"{cfg.run_id}.json"
-            scraped.write_text(json.dumps(targets, indent=2))
+
+        def write_targets() -> None:  # where each process serves its metrics (again on scaling)
+            (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
+            targets = metrics.file_sd_targets(sup.metrics_endpoints(), cfg.run_id)
+            (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=2))
+            if scraped is not None:
+                scraped.write_text(json.dumps(targets, indent=2))
+
+        write_targets()
+        scaling = None
+        if cfg.loop.autoscaled:
+            from rlstream.ops.launcher.autoscale import WorkerScaling
+
+            scaling = WorkerScaling(cfg, endpoints, sup)
         disks = {"broker": out / "stack" / "kafka", "s3": out / "stack" / "s3"} if embedded else {}
         live = LiveFile(out / LIVE_FILE, cfg, servers=server_pids(endpoints),
                         disks={n: d for n, d in disks.items() if d.is_dir()})  # fmt: skip
@@ -84,6 +100,9 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
                 tracked["startup_s"] is not None or time.monotonic() - spawned > OTHERS_AFTER_S
             ):
                 sup.start()
+            if scaling is not None and (said := scaling.tick(watcher.view.rl_step)):
+                news.append(said)
+                write_targets()
             live.write(watcher.view, sup)
             if time.monotonic() - tracked["at"] > TRACK_EVERY_S:
                 tracked["at"] = time.monotonic()
@@ -105,6 +124,8 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             raise
         finally:
             sup.stop()
+            if scaling is not None:
+                scaling.stop()
             if scraped is not None:
                 scraped.unlink(missing_ok=True)
         time.sleep(max(0.0, sampled_at - time.monotonic()))  # while the children stop
@@ -130,6 +151,8 @@ def run_loop(cfg: Config, out_root: Path, on_tick=None, timeout_s: float = 3600)
             | scheduler_figures(watcher.view.evals)
         )
         summary |= resource_figures(live.trace, summary.get("checkpoint_sizes", []))
+        if scaling is not None:  # when the rollout workers were added and retired, and why
+            summary |= scaling.figures()
         report = write_report(out, summary, watcher.view)
         store = ObjectStore(endpoints)
         try:  # the copy beside the run's other objects; the run's own files are the record

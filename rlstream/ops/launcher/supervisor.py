@@ -27,6 +27,7 @@ class Child:
     metrics_port: int = 0
     restarts: int = 0
     finished: bool = False
+    retired: bool = False  # a rollout worker scaled away: stopped on purpose, not restarted
     crashes: list[float] = field(default_factory=list)  # monotonic times, within the window
 
 
@@ -66,26 +67,46 @@ class Supervisor:
                     *scoring,
                 ],
             ),
-        ] + [
-            (
-                f"rollouts-{i}",
-                [
-                    py,
-                    "-m",
-                    "rlstream.streams.rollout_worker",
-                    "--config",
-                    cfg,
-                    "--worker-id",
-                    f"w{i}",
-                ],
-            )
-            for i in range(1, self.workers + 1)
-        ]
+        ] + [self._worker_spec(i) for i in range(1, self.workers + 1)]
         ports = procs.free_ports(len(specs))
         self.children = [
             Child(n, a, self.log_dir / f"{n}.log", metrics_port=port)
             for (n, a), port in zip(specs, ports, strict=True)
         ]
+
+    def _worker_spec(self, i: int) -> tuple[str, list[str]]:
+        argv = [sys.executable, "-m", "rlstream.streams.rollout_worker", "--config",
+                str(self.cfg_path), "--worker-id", f"w{i}"]  # fmt: skip
+        return f"rollouts-{i}", argv
+
+    def rollout_children(self) -> list[Child]:
+        return [c for c in self.children if c.name.startswith("rollouts-")]
+
+    def live_workers(self) -> int:
+        """Rollout workers meant to be running (not retired, not finished)."""
+        return sum(1 for c in self.rollout_children() if not (c.retired or c.finished))
+
+    def add_worker(self) -> str:
+        """Start one more rollout worker (the next number; it joins the consumer group)."""
+        i = max((int(c.name.split("-")[1]) for c in self.rollout_children()), default=0) + 1
+        name, argv = self._worker_spec(i)
+        (port,) = procs.free_ports(1)
+        child = Child(name, argv, self.log_dir / f"{name}.log", metrics_port=port)
+        self.children.append(child)
+        self._spawn(child)
+        return name
+
+    def retire_worker(self) -> str | None:
+        """SIGTERM the newest live rollout worker: it leaves its consumer group with what it
+        acked committed; the supervisor does not restart it."""
+        live = [c for c in self.rollout_children() if not (c.retired or c.finished)]
+        if not live:
+            return None
+        child = live[-1]
+        child.retired = True
+        if child.proc is not None and child.proc.poll() is None:
+            child.proc.terminate()
+        return child.name
 
     def metrics_endpoints(self) -> dict[str, str]:
         """Where each process serves its Prometheus metrics."""
@@ -114,6 +135,10 @@ class Supervisor:
         for child in self.children:
             code = child.proc.poll() if child.proc else None
             if code is None or child.finished:
+                continue
+            if child.retired:  # scaled away on purpose
+                child.finished = True
+                news.append(f"{child.name} retired (exit {code})")
                 continue
             if code == 0:
                 child.finished = True

@@ -37,7 +37,7 @@ def drain(endpoints: Endpoints, cfg: Config, run_dir: Path, env: dict, timeout_s
 
     started = progressed = time.monotonic()
     sup = Supervisor(run_dir / "config.json", env | child_env(endpoints, cfg, run_dir),
-                     run_dir / "logs" / "drain", cfg.loop.rollout_workers)  # fmt: skip
+                     run_dir / "logs" / "drain", cfg.loop.worker_range[0])  # fmt: skip
     sup.children = [c for c in sup.children if c.name not in ("trainer", "scheduler")]
     sup.start()
     done = -1

@@ -104,7 +104,7 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
         check_cluster(args.broker, args.nodes)
     run_dir = (out_root / cfg.run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    faults = schedule(args, cfg.loop.rollout_workers)
+    faults = schedule(args, cfg.loop.worker_range[0])
     # every injected kill is a crash to the supervisor: allow them all, however close together
     cfg = replace(cfg, loop=replace(cfg.loop, max_restarts=max(cfg.loop.max_restarts, len(faults))))
     home = run_dir / "home"  # no other stack's endpoints.json may be read by the run
