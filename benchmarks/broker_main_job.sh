@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seed="${1:-0}"
 out="${2:-$(mktemp -d)}"
+mkdir -p "$out"
 for broker in tansu kafka; do
   RLSTREAM_HOME="$out/home-$broker" RLSTREAM_STACK_BROKER="$broker" CI=true \
-    .venv/bin/rlstream run --seed "$seed" --out "$out" --run-id "main-$broker" \
+    .venv/bin/python -m rlstream.cli run --seed "$seed" --out "$out" --run-id "main-$broker" \
     --summary "benchmarks/results/main-job-$broker.json" > "$out/main-$broker.log" 2>&1
 done
 .venv/bin/python - <<'PY'

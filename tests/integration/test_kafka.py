@@ -257,3 +257,36 @@ def test_tls_without_sign_in_serves_a_client_with_the_stack_ca_only(tmp_path):
                 asyncio.run(asyncio.wait_for(_produce_and_count(bad, "rl.prompts.v1", 1), 60))
     finally:
         stack.stop()
+
+
+def test_the_assemblers_changelog_is_compacted_in_small_segments(secure_run):
+    """A table's changelog on Kafka: compacted (faust), in segments small enough to roll within
+    a run and with tombstones kept 10 minutes, so compaction keeps it near the live keys; the
+    high-volume topics get size retention in segments an eighth of it."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from rlstream.connectors.kafka import admin
+    from rlstream.streams.app import CHANGELOG_SEGMENT_BYTES, CHANGELOG_TOMBSTONES_KEPT_MS
+
+    eps, _, _, done = secure_run
+    assert done.returncode == 0, done.stderr[-2000:]
+    changelog = "rlstream-scram-processors-pending_groups-changelog"
+
+    async def configs(topic: str) -> dict[str, str]:
+        client = admin(eps)
+        await client.start()
+        try:
+            (response,) = await client.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)]
+            )
+            return {e[0]: e[1] for e in response.resources[0][4]}
+        finally:
+            await client.close()
+
+    table = asyncio.run(configs(changelog))
+    assert table["cleanup.policy"] == "compact"
+    assert table["segment.bytes"] == str(CHANGELOG_SEGMENT_BYTES)
+    assert table["delete.retention.ms"] == str(CHANGELOG_TOMBSTONES_KEPT_MS)
+    experience = asyncio.run(configs(get(EXPERIENCE).topic))
+    assert experience["retention.bytes"] == str(eps.retention_mb << 20)
+    assert experience["segment.bytes"] == str((eps.retention_mb << 20) // 8)
