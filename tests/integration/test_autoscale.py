@@ -1,58 +1,97 @@
 """Rollout workers scaled on the request backlog through the live loop
-(`loop.rollout_workers=auto:1-3`): the scheduler's first burst of requests (target_in_flight
-at once) raises the workers to 3, each change a consumer-group rebalance; the audit then finds
-nothing lost, issued twice or trained twice.
+(`loop.rollout_workers=auto:1-3`). The burst: the scheduler's first target_in_flight requests,
+more than one worker keeps up with, raise the workers to 3, one at a time. The drain: the
+scheduler is then paused (SIGSTOP: the source of requests goes quiet), the workers eat the
+backlog and retire one at a time back to 1; the scheduler is let go and the run finishes. Each
+change is a consumer-group rebalance; the audit finds nothing lost, issued or trained twice.
 The same run syncs its weights through a shared directory (`loop.weight_sync=DIR`)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
 
 import pytest
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore, stored_versions
-from tests.integration.conftest import cli
+from rlstream.ops.reliability.chaos_faults import pid_of
+from tests.integration.conftest import RLSTREAM, cli
 from tests.integration.test_loop import SMALL, _rows_of
 
 pytestmark = pytest.mark.integration
 RUN = "autoscale-it"
 
 
+def _wait_for(lines: queue.Queue, text: str, timeout: float, seen: list[str]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no {text!r} within {timeout:.0f} s:\n" + "".join(seen[-40:]))
+
+
 @pytest.fixture(scope="module")
 def scaled_run(stack_home, tmp_path_factory):
     out = tmp_path_factory.mktemp("autoscale")
-    result = cli(
-        "run", "--rl-steps", "40", "--workers", "auto:1-3", "--run-id", RUN, "--out", str(out),
-        "--summary", str(out / "summary.json"), *SMALL, "--set", "target_in_flight=96",
-        "--set", "loop.autoscale_up_s=1", "--set", "loop.autoscale_down_s=4",
-        "--set", "rl.max_new_tokens=4",  # rollouts that outpace the trainer: the backlog drains
+    args = [
+        *RLSTREAM, "run", "--rl-steps", "40", "--workers", "auto:1-3", "--run-id", RUN,
+        "--out", str(out), "--summary", str(out / "summary.json"), *SMALL,
+        "--set", "target_in_flight=96", "--set", "loop.autoscale_up_s=0",
+        "--set", "loop.autoscale_down_s=4",
         "--set", f"loop.weight_sync={out / 'weights'}", "--set", "checkpoint.keep_policies=2",
-        timeout=900,
-    )  # fmt: skip
-    return json.loads((out / "summary.json").read_text()), out, result
+    ]  # fmt: skip
+    run = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [*map(lines.put, run.stdout), lines.put(None)],
+                     daemon=True).start()  # fmt: skip
+    seen: list[str] = []
+    try:
+        _wait_for(lines, "rollout workers 2 -> 3", 420, seen)  # the burst
+        scheduler = pid_of(run.pid, "scheduler")
+        os.kill(scheduler, signal.SIGSTOP)
+        try:
+            _wait_for(lines, "rollout workers 2 -> 1", 180, seen)  # the drain
+        finally:
+            os.kill(scheduler, signal.SIGCONT)
+        _wait_for(lines, "report:", 420, seen)
+        assert run.wait(timeout=60) == 0, "".join(seen[-40:])
+    finally:
+        if run.poll() is None:
+            run.kill()
+    return json.loads((out / "summary.json").read_text()), out, "".join(seen)
 
 
-def test_the_workers_follow_the_backlog_up_to_max_each_change_as_it_asked(scaled_run):
-    """The scheduler's first burst (target_in_flight requests at once) adds a worker; the
-    workers reach MAX while the backlog stays high, and every change, either way, went the way
-    the backlog at that moment asked (a dip retires one: runs went 1 -> 2 -> 3, and 1 -> 2 -> 1
-    -> 2 -> 3). On 2 cores the workers stay the bottleneck, so the backlog does not drain to
-    MIN for good within the run."""
-    figures, _, result = scaled_run
+def test_the_workers_rise_to_max_on_the_burst_and_drain_back_to_min(scaled_run):
+    """Every change is one worker, and went the way the backlog at that moment asked."""
+    figures, _, stdout = scaled_run
     assert figures["completed"]
     scale = figures["autoscale"]
     decisions = scale["decisions"]
     counts = [d["workers"] for d in decisions]
-    assert scale["range"] == "1-3" and scale["workers_max"] == 3 and 3 in counts, scale
+    assert scale["range"] == "1-3" and scale["workers_max"] == 3, scale
     assert counts[0] == 2 and decisions[0]["lag"] > scale["lag_per_worker"]  # the burst
+    top = counts.index(3)
+    assert 1 in counts[top:], counts  # the drain, back to MIN
     for d, before in zip(decisions, [1, *counts[:-1]], strict=True):
         assert abs(d["workers"] - before) == 1, counts  # one at a time
         wanted = min(3, max(1, math.ceil(d["lag"] / scale["lag_per_worker"])))
         assert (d["workers"] > before) == (wanted > before), (d, before)
     assert scale["backlog_max"] > 2 * scale["lag_per_worker"]  # what called for a third
-    assert "rollout workers 1 -> 2" in result.stdout  # said on the terminal as it happened
+    assert "rollout workers 1 -> 2" in stdout  # said on the terminal as it happened
 
 
 def test_nothing_is_lost_issued_or_trained_twice_across_the_rebalances(scaled_run):
