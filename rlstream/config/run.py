@@ -66,6 +66,11 @@ class LoopConfig:
     autoscale_down_s: float = 30.0
     """auto workers: how long it must call for fewer before one is retired (SIGTERM: it leaves
     its consumer group, whose requests go to the others in a rebalance)"""
+    trainer_ranks: int = 1
+    """data-parallel trainer processes (torch.distributed: gloo on CPU, NCCL on GPU): rank 0
+    reads experience and shares each batch out by whole groups, gradients are averaged across
+    the ranks, rank 0 alone publishes versions and checkpoints; a rank that dies restarts the
+    group from the last checkpoint. Needs model.backend torch or auto"""
     target_in_flight: int = 96
     """rollout requests in flight (issued, not yet trained on): the scheduler's pacing bound"""
     publish_every: int = 1
@@ -101,6 +106,7 @@ class LoopConfig:
         at_least("loop", "autoscale_lag", self.autoscale_lag, 1)
         at_least("loop", "autoscale_up_s", self.autoscale_up_s, 0)
         at_least("loop", "autoscale_down_s", self.autoscale_down_s, 0)
+        at_least("loop", "trainer_ranks", self.trainer_ranks, 1)
         at_least("loop", "target_in_flight", self.target_in_flight, 1)
         at_least("loop", "publish_every", self.publish_every, 1)
         at_least("loop", "max_restarts", self.max_restarts, 0)
@@ -254,6 +260,13 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def __post_init__(self):
+        if self.loop.trainer_ranks > 1 and self.model.backend == "deepspeed":
+            raise ConfigError(
+                "loop.trainer_ranks: more than 1 rank runs on model.backend torch (ZeRO across "
+                "trainer ranks is not built yet); set model.backend=torch or trainer_ranks=1"
+            )
 
     def ppm_feature_spec(self) -> str:
         """selection.ppm_features, `auto` resolved by the data's answer format."""

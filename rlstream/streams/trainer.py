@@ -57,11 +57,12 @@ from rlstream.streams.trainer_data import eval_rows, load_dataset
 from rlstream.streams.trainer_rl import rl
 from rlstream.streams.trainer_summary import summarize
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
-from rlstream.trainers.core import TrainState, pretrain_step, rl_update
+from rlstream.trainers.core import TrainState, follow, pretrain_step, rl_update
 from rlstream.trainers.datasets import usable
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
 from rlstream.trainers.pretrain import Corpus
+from rlstream.trainers.ranks import Ranks
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
@@ -392,10 +393,13 @@ class StreamTrainer:
         return m
 
 
-async def serve(cfg: Config, endpoints: Endpoints) -> dict:
+async def serve(cfg: Config, endpoints: Endpoints, ranks: Ranks | None = None) -> dict:
     torch.set_num_threads(cfg.threads(streaming=True))
     trainer = StreamTrainer(cfg, endpoints)
     trainer.restore()
+    if ranks is not None:  # the other ranks start from this rank's state (a resume's too)
+        trainer.state.join(ranks)
+        ranks.send(("sync", trainer.state.state_dict()))
     await trainer.load_data()
     async with EventProducer(endpoints) as producer:
         if trainer.state.phase != "rl":
@@ -410,20 +414,36 @@ async def serve(cfg: Config, endpoints: Endpoints) -> dict:
             json.dumps(summary, indent=2).encode(),
         )
         await trainer.announce(producer, phase="done")
+    if ranks is not None:
+        ranks.send(("stop",))
     return summary
+
+
+def follow_rank(cfg: Config, ranks: Ranks) -> None:
+    """Ranks 1..N-1: the same train state, updated on this rank's shard of rank 0's batches."""
+    torch.set_num_threads(cfg.threads(streaming=True))
+    state = TrainState(cfg, threads=cfg.threads(streaming=True))
+    state.join(ranks)
+    follow(state, ranks, on_update=lambda phase: prom.TRAINER_STEPS.labels(phase).inc())
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, type=Path)
+    parser.add_argument("--rank", type=int, default=0, help="this process's trainer rank")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s trainer %(message)s")
+    name = f"trainer-{args.rank}" if args.rank else "trainer"
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(message)s")
     log.info("imported in %.1f s", time.time() - psutil.Process().create_time())
     prom.serve_from_env()
     cfg = Config.read(args.config)
+    ranks = Ranks.from_env(args.rank)
+    if ranks is not None and not ranks.leader:
+        follow_rank(cfg, ranks)
+        return
     sandbox.configure(cfg.sandbox)  # held-out code prompts are graded in the sandbox
     try:
-        summary = asyncio.run(serve(cfg, Endpoints.from_env()))
+        summary = asyncio.run(serve(cfg, Endpoints.from_env(), ranks))
     except EnvironmentBroken as exc:
         print(f"{STOPPED_PREFIX}{exc}", flush=True)  # the supervisor reports this line
         sys.exit(EXIT_STOPPED)

@@ -53,13 +53,21 @@ class TorchBackend:
     def __init__(self, model, optimizer, max_grad_norm: float = 1.0):
         self.model, self.module, self.optimizer = model, model, optimizer
         self.max_grad_norm = max_grad_norm
+        self.ranks = None  # data-parallel trainer ranks (`trainers/ranks.py`), set by TrainState
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
 
-    def step(self, loss: torch.Tensor) -> float:
-        loss.backward()
+    def step(self, loss: torch.Tensor | None, weight: float = 1.0) -> float:
+        """Backward, clip, optimizer step. With trainer ranks the gradients are first averaged
+        across them, each weighted by its share of the batch (`weight`; a rank with nothing
+        to train this step passes loss None and weight 0)."""
+        if loss is not None:
+            loss.backward()
+        if self.ranks is not None:
+            self.ranks.reduce_gradients([p for p in self.module.parameters() if p.requires_grad],
+                                        weight)  # fmt: skip
         norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -99,6 +107,7 @@ class DeepSpeedBackend(TorchBackend):
         engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self.model, self.module, self.optimizer, self.engine = engine, engine.module, opt, engine
         self.max_grad_norm = max_grad_norm
+        self.ranks = None  # trainer ranks run on the torch backend (config refuses deepspeed)
 
     def load_optimizer_state(self, state: dict) -> None:
         if hasattr(self.optimizer, "_load_legacy_checkpoint"):  # a ZeRO 1/2 optimizer
@@ -107,7 +116,7 @@ class DeepSpeedBackend(TorchBackend):
         else:
             self.optimizer.load_state_dict(state)
 
-    def step(self, loss: torch.Tensor) -> float:
+    def step(self, loss: torch.Tensor, weight: float = 1.0) -> float:
         self.engine.backward(loss)
         self.engine.step()
         norm = self.engine.get_global_grad_norm()

@@ -12,12 +12,14 @@ learning rate of each step, which groups are too stale to train on (more than
 `rl.max_policy_lag` versions behind), the importance correction of the rest (PPO ratios against
 the behaviour policy's logprobs, clipped), and how many groups were zero-variance.
 `state_dict()` / `load_state_dict()` hold all of it, so a resumed loop repeats an
-uninterrupted one exactly on CPU.
+uninterrupted one exactly on CPU. With `state.join(ranks)` both updates run data-parallel over
+trainer ranks, rank 0 sharing each batch out (`trainers/ranks.py`).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 
@@ -26,8 +28,10 @@ from rlstream.trainers.backend import CosineSchedule, make_adamw, make_backend
 from rlstream.trainers.lm import CausalLM, build_model, load_tokenizer
 from rlstream.trainers.policy import Policy
 from rlstream.trainers.pretrain import Corpus, Plateau, eval_loss, lm_loss
+from rlstream.trainers.ranks import Ranks, share_groups, share_rows
 from rlstream.trainers.rl import Experience, Learner
 
+log = logging.getLogger(__name__)
 VAL_BATCHES, VAL_BATCH_SIZE = 8, 256  # the fixed validation set the plateau is judged on
 SAMPLE_SEED_OFFSET = 7  # rollouts draw from their own generator: seed + 7
 
@@ -69,8 +73,9 @@ class TrainState:
             if rl.algo == "ppo" and model.value_head is None:
                 model.add_value_head()  # seeded above: the same head every run
         lr = p.lr if policy is None else rl.learning_rate
+        kind = "torch" if cfg.loop.trainer_ranks > 1 else m.backend  # ranks: torch's (auto)
         self.backend = make_backend(
-            model, make_adamw(model, lr), m.backend, rl.max_grad_norm, m.zero_stage
+            model, make_adamw(model, lr), kind, rl.max_grad_norm, m.zero_stage
         )
         self.model = self.backend.module
         self.pretrain_schedule = CosineSchedule(p.lr, p.warmup_steps, p.max_steps, p.lr / 10)
@@ -86,6 +91,11 @@ class TrainState:
         self.rollouts = self.stale_groups = self.zero_variance_groups = self.trained_groups = 0
         self.ref: CausalLM | None = None
         self.learner: Learner | None = None
+        self.ranks: Ranks | None = None
+
+    def join(self, ranks: Ranks | None) -> None:
+        """Train data-parallel with `ranks` (rank 0 leads every update; `trainers/ranks.py`)."""
+        self.ranks = self.backend.ranks = ranks
 
     @property
     def step(self) -> int:
@@ -107,6 +117,8 @@ class TrainState:
         self.learner = Learner(self.backend, self.ref, self.cfg.rl, self.tok.pad_id, self.cfg.seed)
         self.backend.set_lr(self.cfg.rl.learning_rate)
         self.phase = "rl"
+        if self.ranks is not None and self.ranks.leader:
+            self.ranks.send(("start_rl",))
 
     def state_dict(self) -> dict:
         return {
@@ -150,11 +162,26 @@ def pretrain_update(state: TrainState, batch: tuple[torch.Tensor, torch.Tensor])
     """One next-token update on (x, y) at the schedule's learning rate for this step."""
     lr = state.pretrain_schedule(state.pre_step)
     state.backend.set_lr(lr)
-    x, y = (t.to(state.device) for t in batch)
-    loss = lm_loss(state.backend.model, x, y)
-    state.backend.step(loss)
+    if state.ranks is not None:
+        x, y = batch
+        shares = share_rows(len(x), state.ranks.world)
+        batch = state.ranks.lead("pretrain", lr, [(x[s], y[s]) for s in shares])
+    loss = _pretrain_loss(state, batch)
     state.pre_step += 1
     return {"phase": "pretrain", "step": state.step, "loss": float(loss.detach()), "lr": lr}
+
+
+def follower_pretrain_update(state: TrainState, lr: float, shard: tuple) -> None:
+    """Ranks 1..N-1: rank 0's pre-training update, on this rank's shard of its batch."""
+    state.backend.set_lr(lr)
+    _pretrain_loss(state, shard)
+
+
+def _pretrain_loss(state: TrainState, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = (t.to(state.device) for t in batch)
+    loss = lm_loss(state.backend.model, x, y)
+    state.backend.step(loss, weight=len(x))
+    return loss
 
 
 def pretrain_step(state: TrainState, corpus: Corpus, val: Corpus) -> dict:
@@ -179,7 +206,12 @@ def rl_update(state: TrainState, exp: Experience, lm_batch: tuple | None = None)
     """
     state.backend.set_lr(state.rl_schedule(state.rl_step))
     fresh, stale = state.learner.split_stale(exp)
-    metrics = state.learner.step(fresh, lm_batch)
+    shard = fresh
+    if state.ranks is not None and len(fresh):  # every rank trains its share of the groups
+        shares = share_groups(fresh.group_ids, state.ranks.world)
+        lr = state.rl_schedule(state.rl_step)
+        shard = state.ranks.lead("rl", lr, [fresh.select(ix) for ix in shares], lm_batch)
+    metrics = state.learner.step(shard, lm_batch)
     trained = list(dict.fromkeys(fresh.group_ids))
     zero = zero_variance_groups(exp)
     state.stale_groups += stale
@@ -197,3 +229,31 @@ def rl_update(state: TrainState, exp: Experience, lm_batch: tuple | None = None)
         "zero_variance_share": zero / max(1, len(dict.fromkeys(exp.group_ids))),
         "trained_group_ids": trained,
     }
+
+
+def follow(state: TrainState, ranks: Ranks, on_update=None) -> None:
+    """Ranks 1..N-1: apply rank 0's commands to `state` (a TrainState built from the same
+    config) until it says stop; `on_update(phase)` after each update."""
+    while True:
+        kind, *args = ranks.receive()
+        if kind == "stop":
+            log.info("rank %d: stop", ranks.rank)
+            return
+        if kind == "sync":
+            state.load_state_dict(args[0])
+            log.info("rank %d: synced at step %d (phase %s)", ranks.rank, state.step, state.phase)
+        elif kind == "start_rl":
+            state.start_rl()
+        elif kind == "pretrain":
+            lr, shards = args
+            follower_pretrain_update(state, lr, shards[ranks.rank])
+            if on_update:
+                on_update("pretrain")
+        elif kind == "rl":
+            lr, shards, lm_batch = args
+            state.backend.set_lr(lr)
+            state.learner.step(shards[ranks.rank], lm_batch)
+            if on_update:
+                on_update("rl")
+        else:
+            raise ValueError(f"rank {ranks.rank}: unknown command {kind!r}")

@@ -173,8 +173,11 @@ class Learner:
     def step(self, exp: Experience, lm_batch: tuple | None = None) -> dict:
         """Apply one RL update (epochs x minibatches) to exp; lm_batch=(x, y) mixes in LM loss."""
         metrics = {"version": self.version}
+        ranks = getattr(self.backend, "ranks", None)
         if len(exp) == 0:
-            return metrics | {"loss": float("nan")}
+            if ranks is None or ranks.leader:  # rank 0 always has a share of an update
+                return metrics | {"loss": float("nan")}
+            return self._idle_step(metrics, lm_batch)  # the others train: take their step
         a, ppo = self.args, self.args.algo == "ppo"
         device = next(self.backend.module.parameters()).device
         b = {k: v.to(device) for k, v in collate(exp, self.pad_id).items()}
@@ -190,9 +193,16 @@ class Learner:
             order = torch.arange(N)
             if a.minibatches > 1:
                 order = torch.randperm(N, generator=self.generator)
-            for mb in order.to(device).chunk(a.minibatches):
+            # with ranks every rank takes exactly epochs x minibatches steps, empty ones too
+            split = order.tensor_split if ranks is not None else order.chunk
+            for mb in split(a.minibatches):
+                if len(mb) == 0:
+                    self.backend.step(None, weight=0.0)
+                    continue
+                mb = mb.to(device)
                 m = self._minibatch_loss(b, mb, adv, returns, ref_logp, lm_batch)
-                m["grad_norm"] = self.backend.step(m.pop("_loss"))
+                tokens = float(b["mask"][mb].sum())
+                m["grad_norm"] = self.backend.step(m.pop("_loss"), weight=tokens)
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
         n_updates = a.epochs * a.minibatches
@@ -200,7 +210,22 @@ class Learner:
         metrics |= {k: v / n_updates for k, v in sums.items()}
         metrics["reward"] = float(b["rewards"].mean())
         metrics["tokens"] = int(b["mask"].sum())
+        if ranks is not None:
+            metrics = ranks.reduce_metrics(metrics, self._figures(lm_batch), weight=N)
         return metrics
+
+    def _figures(self, lm_batch) -> list[str]:
+        """The update's figures, the same on every rank (reduced across ranks)."""
+        keys = ["pg_loss", "kl", "entropy", "clipfrac", "loss", "grad_norm", "reward", "tokens"]
+        keys += ["value_loss"] if self.args.algo == "ppo" else []
+        return keys + (["lm_loss"] if lm_batch is not None else [])
+
+    def _idle_step(self, metrics: dict, lm_batch) -> dict:
+        """A rank whose shard is empty: its zero-weight part of every step of this update."""
+        for _ in range(self.args.epochs * self.args.minibatches):
+            self.backend.step(None, weight=0.0)
+        self.version += 1
+        return self.backend.ranks.reduce_metrics(metrics, self._figures(lm_batch), weight=0)
 
     def _minibatch_loss(self, b, mb, adv, returns, ref_logp, lm_batch) -> dict:
         a = self.args

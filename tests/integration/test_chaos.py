@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from rlstream.ops.reliability.chaos import FAULT_KINDS
+from rlstream.ops.reliability.chaos import FAULT_KINDS, RANK_FAULTS
 from rlstream.ops.stack.embedded import broker_choice
 from tests.integration.conftest import cli
 from tests.integration.test_loop import SMALL
@@ -25,8 +25,10 @@ from tests.integration.test_loop import SMALL
 pytestmark = pytest.mark.integration
 CLUSTER = broker_choice() == ("kafka", 3)  # the test command's Kafka pass: kill:leader too
 KINDS = tuple(
-    k for k in FAULT_KINDS if k != "kill:broker" and (CLUSTER or k != "kill:leader")
-)  # kill:broker: see the module's doc
+    k
+    for k in FAULT_KINDS
+    if k != "kill:broker" and (CLUSTER or k != "kill:leader") and k not in RANK_FAULTS
+)  # kill:broker: see the module's doc; trainer ranks: tests/integration/test_ranks.py
 # an upper bound: the run is stopped a few steps after its last fault (`--until faults`); one
 # fault of each kind took 45-70 steps of recovery at this size (outages and a frozen worker let
 # the loop train on buffered experience, in bursts)

@@ -48,7 +48,9 @@ def test_kill_leader_applies_on_a_three_node_kafka_cluster_only(monkeypatch):
     monkeypatch.delenv("RLSTREAM_STACK_BROKER", raising=False)
     monkeypatch.delenv("RLSTREAM_STACK_NODES", raising=False)
     mixed = with_values(Config(), **{"data.tasks": "add,guess@1,calc"})
-    assert default_kinds(mixed, "kafka", 3) == FAULT_KINDS
+    assert set(default_kinds(mixed, "kafka", 3)) == set(FAULT_KINDS) - {"kill:trainer-1"}
+    ranked = with_values(mixed, **{"loop.trainer_ranks": 2})  # a rank besides rank 0 to kill
+    assert set(default_kinds(ranked, "kafka", 3)) == set(FAULT_KINDS)
     for broker, nodes in (("kafka", 1), ("tansu", None), (None, None)):
         assert "kill:leader" not in default_kinds(mixed, broker, nodes)
         with pytest.raises(ChaosError, match="--broker kafka --nodes 3"):

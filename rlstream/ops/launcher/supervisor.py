@@ -14,6 +14,7 @@ from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.ops.stack import procs
 from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
+from rlstream.trainers.ranks import PORT_ENV, WORLD_ENV
 
 STOP_GRACE_S = 5.0  # children get this long after SIGTERM (the trainer saves; the scheduler
 
@@ -28,6 +29,7 @@ class Child:
     restarts: int = 0
     finished: bool = False
     retired: bool = False  # a rollout worker scaled away: stopped on purpose, not restarted
+    env: dict[str, str] = field(default_factory=dict)  # this child's own settings
     crashes: list[float] = field(default_factory=list)  # monotonic times, within the window
 
 
@@ -51,8 +53,11 @@ class Supervisor:
         scoring += ["--reward-rules", run.rl.reward_rules] if run.rl.reward_rules else []
         scoring += ["--reward-fn", run.rl.reward_fn] if run.rl.reward_fn else []
         scoring += ["--verifier-timeout-s", str(run.rl.verifier_timeout_s)]
+        self.ranks = run.loop.trainer_ranks
+        trainer = [py, "-m", "rlstream.streams.trainer", "--config", cfg]
         specs = [
-            ("trainer", [py, "-m", "rlstream.streams.trainer", "--config", cfg]),
+            ("trainer", trainer),
+            *[(f"trainer-{r}", [*trainer, "--rank", str(r)]) for r in range(1, self.ranks)],
             ("scheduler", [py, "-m", "rlstream.streams.scheduler", "--config", cfg]),
             (
                 "processors",
@@ -73,6 +78,16 @@ class Supervisor:
             Child(n, a, self.log_dir / f"{n}.log", metrics_port=port)
             for (n, a), port in zip(specs, ports, strict=True)
         ]
+        self._rendezvous()
+
+    def trainer_ranks(self) -> list[Child]:
+        return self.children[: self.ranks]
+
+    def _rendezvous(self) -> None:
+        """A fresh port for the trainer ranks' process group (each start of the group)."""
+        (port,) = procs.free_ports(1)
+        for child in self.trainer_ranks():
+            child.env = {WORLD_ENV: str(self.ranks), PORT_ENV: str(port)}
 
     def _worker_spec(self, i: int) -> tuple[str, list[str]]:
         argv = [sys.executable, "-m", "rlstream.streams.rollout_worker", "--config",
@@ -126,7 +141,7 @@ class Supervisor:
         return all(c.proc is not None for c in self.children)
 
     def _spawn(self, child: Child) -> None:
-        env = self.env | {"RLSTREAM_METRICS_PORT": str(child.metrics_port)}
+        env = self.env | child.env | {"RLSTREAM_METRICS_PORT": str(child.metrics_port)}
         child.proc = procs.spawn(child.argv, log=child.log, env=env)
 
     def poll(self) -> list[str]:
@@ -154,12 +169,29 @@ class Supervisor:
             if len(child.crashes) <= self.max_restarts:
                 child.restarts += 1
                 news.append(f"{child.name} exited with {code}; restart {child.restarts}")
-                self._spawn(child)
+                if child in self.trainer_ranks() and self.ranks > 1:
+                    news.append(self._restart_ranks())
+                else:
+                    self._spawn(child)
             else:
                 child.finished = True
                 news.append(f"{child.name} crashed {len(child.crashes)} times in "
                             f"{self.window_s:.0f} s; giving up (log: {child.log})")  # fmt: skip
         return news
+
+    def _restart_ranks(self) -> str:
+        """One trainer rank died: the others' collectives are broken, so the whole group is
+        stopped and started again on a new rendezvous; it resumes from rank 0's checkpoint."""
+        ranks = self.trainer_ranks()
+        for child in ranks:  # SIGKILL: a rank must not checkpoint or commit past the others
+            if child.proc and child.proc.poll() is None:
+                child.proc.kill()
+                child.proc.wait()
+        self._rendezvous()
+        for child in ranks:
+            child.finished = False
+            self._spawn(child)
+        return f"trainer ranks 0-{self.ranks - 1} restarted together"
 
     def trainer(self) -> Child:
         return self.children[0]

@@ -71,6 +71,7 @@ from rlstream.ops.reliability.audit import (
 from rlstream.ops.reliability.chaos_faults import (  # noqa: F401  (the command's names)
     FAULT_KINDS,
     OUTSIDE,
+    RANK_FAULTS,
     UNTIL,
     ChaosArgs,
     ChaosError,
@@ -102,6 +103,9 @@ def run_chaos(cfg: Config, out_root: Path, args: ChaosArgs, say=print) -> dict:
     played = environment_of(cfg) if "kill:env" in args.kinds else ""
     if "kill:leader" in args.kinds:
         check_cluster(args.broker, args.nodes)
+    if set(RANK_FAULTS) & set(args.kinds) and cfg.loop.trainer_ranks < 2:
+        raise ChaosError("kill:trainer-1 kills a trainer rank besides rank 0: add "
+                         "--set loop.trainer_ranks=2")  # fmt: skip
     run_dir = (out_root / cfg.run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     faults = schedule(args, cfg.loop.worker_range[0])

@@ -24,7 +24,8 @@ PROCESS_FAULTS = ("kill:trainer", "kill:trainer@checkpoint", "kill:scheduler",
 STORE_FAULTS = ("kill:broker", "s3-down", "qdrant-down")
 SERVER_FAULTS = ("kill:env",)  # a server of the run that is not one of its processes
 CLUSTER_FAULTS = ("kill:leader",)  # one node of a three-node Kafka cluster
-FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS + SERVER_FAULTS + CLUSTER_FAULTS
+RANK_FAULTS = ("kill:trainer-1",)  # a trainer rank besides rank 0 (loop.trainer_ranks > 1)
+FAULT_KINDS = PROCESS_FAULTS + STORE_FAULTS + SERVER_FAULTS + CLUSTER_FAULTS + RANK_FAULTS
 OUTSIDE = ("broker", "s3", "qdrant", "env")  # targets that are not processes of the run
 UNTIL = {
     "steps": "the run trains all its rl.steps, faults spread evenly over them",
@@ -102,8 +103,11 @@ def check_cluster(broker: str | None, nodes: int | None) -> None:
 
 def default_kinds(cfg: Config, broker: str | None = None, nodes: int | None = None) -> tuple:
     """Every kind that applies to the run: `kill:env` only where its prompts play an
-    environment, `kill:leader` only on a three-node Kafka cluster."""
+    environment, `kill:leader` only on a three-node Kafka cluster, `kill:trainer-1` only with
+    trainer ranks."""
     kinds = PROCESS_FAULTS + STORE_FAULTS
+    if cfg.loop.trainer_ranks > 1:
+        kinds += RANK_FAULTS
     try:
         environment_of(cfg)
         kinds += SERVER_FAULTS
@@ -150,7 +154,7 @@ def pid_of(run_pid: int, name: str) -> int:
     children of the `rlstream run` process `run_pid` (never another run's, whatever its id)."""
     import psutil
 
-    module = MODULES.get(name, "rlstream.streams.rollout_worker")
+    module = MODULES.get(name.split("-")[0], "rlstream.streams.rollout_worker")
     for p in psutil.Process(run_pid).children(recursive=True):
         try:
             cmd = p.cmdline()
@@ -160,6 +164,9 @@ def pid_of(run_pid: int, name: str) -> int:
             continue
         if name.startswith("rollouts-") and f"w{name.split('-')[1]}" not in cmd:
             continue
+        rank = cmd[cmd.index("--rank") + 1] if "--rank" in cmd else None
+        if name.startswith("trainer") and rank != (name.split("-")[1] if "-" in name else None):
+            continue  # trainer ranks: "trainer" is rank 0, "trainer-N" the one with --rank N
         return p.pid
     raise ChaosError(f"no running {name} process under the run (pid {run_pid})")
 
