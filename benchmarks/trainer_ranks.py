@@ -50,7 +50,7 @@ def _batches(state: TrainState, n: int) -> list[Experience]:
         completions = [[rng.randrange(vocab) for _ in range(8)] for _ in prompts]
         out.append(Experience(prompts, completions, [[-2.0] * 8 for _ in prompts],
                               [float(rng.random() < 0.5) for _ in prompts],
-                              [f"g{step}-{i // 4}" for i in range(32)], [0] * 32))  # fmt: skip
+                              [f"g{step}-{i // 4}" for i in range(32)], [step] * 32))  # fmt: skip
     return out
 
 

@@ -1,4 +1,5 @@
-"""`rlstream run` (with its live view), `rlstream export` and `rlstream config show`."""
+"""`rlstream run` (with its live view), `rlstream mirror`, `rlstream export` and
+`rlstream config show`."""
 
 from __future__ import annotations
 
@@ -140,6 +141,44 @@ def _source(value: str | None) -> str | None:
     if value is None or value.startswith("topic:"):
         return value
     return str(Path(value).resolve())
+
+
+@app.command()
+def mirror(
+    run_id: str = typer.Argument(..., help="The live run whose request stream to mirror."),
+    candidate: str = typer.Option(
+        ...,
+        help="The policy to evaluate: a stored version of the run, an exported directory "
+        "(`rlstream export`) or an s3:// URI.",
+    ),
+    name: str = typer.Option("candidate", help="Its name on rl.eval_results.v1 (mirror:NAME)."),
+    prompts: int = typer.Option(64, min=1, help="Mirrored prompts to judge, then stop."),
+    timeout_s: float = typer.Option(600.0, min=1.0, help="Stop after this long regardless."),
+    runs: Path = typer.Option(Path("runs"), help="Where the run is (its config.json)."),
+    summary: Path | None = SummaryOpt,
+) -> None:
+    """Evaluate a candidate policy on a mirror of a live run's prompts: its own consumer group
+    on the run's rollout requests, beside the rollout workers', so the training loop is
+    untouched. Each prompt is solved greedily by the candidate and by the policy serving the run,
+    graded by its verifier; the paired figures go to rl.eval_results.v1 as task mirror:NAME."""
+    import asyncio
+
+    from rlstream.config import Config
+    from rlstream.connectors.objectstore import ObjectStore
+    from rlstream.ops.launcher.datapath import run_stack
+    from rlstream.streams.mirror import load_candidate
+    from rlstream.streams.mirror import mirror as mirror_run
+
+    path = runs.resolve() / run_id / "config.json"
+    if not path.exists():
+        raise typer.BadParameter(f"no run {run_id!r} under {runs} (no {path})", param_hint="RUN")
+    cfg = Config.read(path)
+    with run_stack(runs.resolve(), run_id) as stack:
+        policy = load_candidate(ObjectStore(stack), run_id, candidate)
+        figures = asyncio.run(mirror_run(cfg, stack, policy, name, prompts, timeout_s=timeout_s,
+                                         say=err.print))  # fmt: skip
+    print_figures(f"mirror {name} of run {run_id}", figures)
+    write_summary(summary, figures)
 
 
 @app.command()
