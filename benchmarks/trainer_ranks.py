@@ -1,6 +1,7 @@
 """Trainer ranks: one against two, on this machine.
 
     python benchmarks/trainer_ranks.py [--seeds 3] [--steps 40] [--repeats 3] [--updates 12]
+        [--set NAME=VALUE ...] [--loop-only] [--out FILE]
 
 1. Update throughput: the same RL batches (8 groups of 4) trained by 1 process and by 2 gloo
    ranks (`loop.trainer_ranks`' update path), `--repeats` times each: seconds per update,
@@ -103,13 +104,13 @@ def update_throughput(repeats: int, updates: int) -> list[dict]:
     return rows
 
 
-def live_loop(seeds: int, steps: int) -> list[dict]:
+def live_loop(seeds: int, steps: int, extra: list[str]) -> list[dict]:
     rows = []
     for seed in range(seeds):
         for world in (1, 2):
             with tempfile.TemporaryDirectory() as tmp:
                 summary = Path(tmp) / "summary.json"
-                sets = [*SMALL, f"seed={seed}", f"loop.trainer_ranks={world}"]
+                sets = [*SMALL, *extra, f"seed={seed}", f"loop.trainer_ranks={world}"]
                 cmd = [sys.executable, "-m", "rlstream.cli", "run", "--rl-steps", str(steps),
                        "--run-id", f"ranks-{world}-s{seed}", "--out", tmp, "--summary",
                        str(summary), *[a for s in sets for a in ("--set", s)]]  # fmt: skip
@@ -129,20 +130,24 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--updates", type=int, default=12)
+    ap.add_argument("--set", action="append", default=[], dest="sets",
+                    help="a setting of the live-loop runs, over the small defaults")  # fmt: skip
+    ap.add_argument("--loop-only", action="store_true", help="skip the update throughput")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/trainer-ranks.json")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"update throughput ({args.repeats} repeats x {args.updates} updates, 8 groups of 4)")
-    speed = update_throughput(args.repeats, args.updates)
+    speed = [] if args.loop_only else update_throughput(args.repeats, args.updates)
     print("| ranks | s/update (median) | spread | tokens/s | tokens/s per rank |")
     print("|---|---|---|---|---|")
     for r in speed:
         print(f"| {r['ranks']} | {r['s_per_update_median']:.3f} | {r['s_per_update_spread']:.3f} "
               f"| {r['tokens_per_s']:.0f} | {r['tokens_per_s_per_rank']:.0f} |")  # fmt: skip
-    base = speed[0]["tokens_per_s"]
-    print(f"2 ranks / 1 rank, tokens/s: {speed[1]['tokens_per_s'] / base:.2f}x")
-    print(f"live loop ({args.seeds} seeds x {args.steps} RL steps)")
-    loop = live_loop(args.seeds, args.steps)
+    if speed:
+        ratio = speed[1]["tokens_per_s"] / speed[0]["tokens_per_s"]
+        print(f"2 ranks / 1 rank, tokens/s: {ratio:.2f}x")
+    print(f"live loop ({args.seeds} seeds x {args.steps} RL steps; {' '.join(args.sets)})")
+    loop = live_loop(args.seeds, args.steps, args.sets)
     print("| seed | ranks | final greedy | final pass@1 | wall s | trainer idle | stale dropped |")
     print("|---|---|---|---|---|---|---|")
     for r in loop:
@@ -155,7 +160,8 @@ def main() -> None:
         spread = f"[{min(acc):.3f}, {max(acc):.3f}]"
         print(f"{world} rank(s): greedy {statistics.median(acc):.3f} {spread}, "
               f"wall {statistics.median(wall):.1f} s")  # fmt: skip
-    args.out.write_text(json.dumps({"update_throughput": speed, "live_loop": loop}, indent=2))
+    figures = {"update_throughput": speed, "live_loop": loop, "settings": SMALL + args.sets}
+    args.out.write_text(json.dumps(figures, indent=2))
     print(f"wrote {args.out}")
 
 

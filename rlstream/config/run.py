@@ -70,7 +70,8 @@ class LoopConfig:
     """data-parallel trainer processes (torch.distributed: gloo on CPU, NCCL on GPU): rank 0
     reads experience and shares each batch out by whole groups, gradients are averaged across
     the ranks, rank 0 alone publishes versions and checkpoints; a rank that dies restarts the
-    group from the last checkpoint. Needs model.backend torch or auto"""
+    group from the last checkpoint. With model.backend=deepspeed, ZeRO partitions the optimizer
+    state across the ranks (rank 0 gathers every partition into its checkpoints)"""
     target_in_flight: int = 96
     """rollout requests in flight (issued, not yet trained on): the scheduler's pacing bound"""
     publish_every: int = 1
@@ -260,13 +261,6 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-
-    def __post_init__(self):
-        if self.loop.trainer_ranks > 1 and self.model.backend == "deepspeed":
-            raise ConfigError(
-                "loop.trainer_ranks: more than 1 rank runs on model.backend torch (ZeRO across "
-                "trainer ranks is not built yet); set model.backend=torch or trainer_ranks=1"
-            )
 
     def ppm_feature_spec(self) -> str:
         """selection.ppm_features, `auto` resolved by the data's answer format."""

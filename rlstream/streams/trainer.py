@@ -111,6 +111,7 @@ class StreamTrainer:
         self.ledger: list[dict] = []  # outcomes since the last checkpoint
         self.checkpoint_sizes: list[tuple[int, int]] = []  # (rl step, bytes), this process's
         self.failed_in_a_row: Counter[str] = Counter()  # env error kinds since a good group
+        self.restored: dict | None = None  # the checkpoint this trainer resumed from
 
     def state_dict(self) -> dict:
         """The train state plus the stream's: ids seen and trained (within the trainable
@@ -131,6 +132,7 @@ class StreamTrainer:
         ck = latest_checkpoint(self.ckpts)
         if ck is None:
             return False
+        self.restored = ck  # what the other trainer ranks start from (ZeRO: their partitions)
         self.state.load_state_dict(ck)
         set_rng_state(ck["rng"])
         stream = ck["stream"]
@@ -399,7 +401,8 @@ async def serve(cfg: Config, endpoints: Endpoints, ranks: Ranks | None = None) -
     trainer.restore()
     if ranks is not None:  # the other ranks start from this rank's state (a resume's too)
         trainer.state.join(ranks)
-        ranks.send(("sync", trainer.state.state_dict()))
+        ranks.send(("sync", trainer.restored or trainer.state.state_dict()))
+    trainer.restored = None
     await trainer.load_data()
     async with EventProducer(endpoints) as producer:
         if trainer.state.phase != "rl":

@@ -107,16 +107,43 @@ class DeepSpeedBackend(TorchBackend):
         engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self.model, self.module, self.optimizer, self.engine = engine, engine.module, opt, engine
         self.max_grad_norm = max_grad_norm
-        self.ranks = None  # trainer ranks run on the torch backend (config refuses deepspeed)
+        self.ranks = None  # data-parallel trainer ranks (`trainers/ranks.py`), set by TrainState
 
-    def load_optimizer_state(self, state: dict) -> None:
+    def optimizer_state(self) -> dict | list[dict]:
+        """This rank's optimizer state; with trainer ranks, every rank's (ZeRO partitions the
+        state across them), gathered on rank 0, which alone checkpoints."""
+        if self.ranks is None:
+            return self.optimizer.state_dict()
+        self.ranks.send(("gather_optimizer",))
+        return self.ranks.gather(self.optimizer.state_dict())
+
+    def load_optimizer_state(self, state: dict | list[dict]) -> None:
+        """One state, or one per trainer rank (a checkpoint of ZeRO across ranks)."""
+        states = state if isinstance(state, list) else [state]
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        if len(states) != world:
+            raise ValueError(
+                f"the checkpoint holds the optimizer state of {len(states)} trainer ranks, this "
+                f"run has {world}: resume with loop.trainer_ranks={len(states)}"
+            )
         if hasattr(self.optimizer, "_load_legacy_checkpoint"):  # a ZeRO 1/2 optimizer
-            # One state per rank; fp32 partitions are rebuilt from the (already loaded) weights.
-            self.optimizer.load_state_dict([state], load_from_fp32_weights=False)
+            # It takes every rank's state and picks its own; fp32 partitions are rebuilt from
+            # the (already loaded) weights.
+            self.optimizer.load_state_dict(states, load_from_fp32_weights=False)
         else:
-            self.optimizer.load_state_dict(state)
+            self.optimizer.load_state_dict(states[rank])
 
-    def step(self, loss: torch.Tensor, weight: float = 1.0) -> float:
+    def step(self, loss: torch.Tensor | None, weight: float = 1.0) -> float:
+        """DeepSpeed averages the ranks' gradients evenly: each rank's loss is scaled by its
+        share of the batch (times the ranks) first, so the mean is the weighted one; a rank
+        with nothing to train backpropagates a zero that touches every parameter."""
+        if self.ranks is not None:
+            total = torch.tensor([float(weight)])
+            torch.distributed.all_reduce(total)
+            params = [p for p in self.module.parameters() if p.requires_grad]
+            if loss is None:
+                loss = sum(p.sum() for p in params) * 0.0
+            loss = loss * (weight * self.ranks.world / max(float(total), 1e-12))
         self.engine.backward(loss)
         self.engine.step()
         norm = self.engine.get_global_grad_norm()

@@ -73,9 +73,8 @@ class TrainState:
             if rl.algo == "ppo" and model.value_head is None:
                 model.add_value_head()  # seeded above: the same head every run
         lr = p.lr if policy is None else rl.learning_rate
-        kind = "torch" if cfg.loop.trainer_ranks > 1 else m.backend  # ranks: torch's (auto)
         self.backend = make_backend(
-            model, make_adamw(model, lr), kind, rl.max_grad_norm, m.zero_stage
+            model, make_adamw(model, lr), m.backend, rl.max_grad_norm, m.zero_stage
         )
         self.model = self.backend.module
         self.pretrain_schedule = CosineSchedule(p.lr, p.warmup_steps, p.max_steps, p.lr / 10)
@@ -239,7 +238,9 @@ def follow(state: TrainState, ranks: Ranks, on_update=None) -> None:
         if kind == "stop":
             log.info("rank %d: stop", ranks.rank)
             return
-        if kind == "sync":
+        if kind == "gather_optimizer":  # rank 0 is checkpointing ZeRO's partitions
+            state.backend.ranks.gather(state.backend.optimizer.state_dict())
+        elif kind == "sync":
             state.load_state_dict(args[0])
             log.info("rank %d: synced at step %d (phase %s)", ranks.rank, state.step, state.phase)
         elif kind == "start_rl":

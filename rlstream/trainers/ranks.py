@@ -73,6 +73,12 @@ class Ranks:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def gather(self, obj: object) -> list | None:
+        """Every rank's `obj`, in rank order, on rank 0 (None elsewhere)."""
+        out = [None] * self.world if self.leader else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
     def lead(self, kind: str, lr: float, shards: list, *extra) -> object:
         """Rank 0: send every rank its shard of this update; return rank 0's own."""
         self.send((kind, lr, shards, *extra))

@@ -1,5 +1,7 @@
 """Data-parallel trainer ranks (`trainers/ranks.py`): two gloo ranks, each training its share
-of every batch, take the very step one process takes on the whole batch, and stay identical."""
+of every batch, take the very step one process takes on the whole batch, and stay identical;
+on DeepSpeed ZeRO-2 too, whose checkpoint gathers every rank's optimizer partition and resumes
+the pair where it was."""
 
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ from rlstream.trainers.core import TrainState, follow, pretrain_update, rl_updat
 from rlstream.trainers.ranks import INIT_ENV, WORLD_ENV, Ranks, share_groups, share_rows
 from rlstream.trainers.rl import Experience
 
-SETTINGS = ["model.n_layer=1", "model.n_embd=32", "model.threads=1", "model.backend=torch"]
+SETTINGS = ["model.n_layer=1", "model.n_embd=32", "model.threads=1"]
 
 
-def _batches(state: TrainState, algo: str):
+def _config(algo: str, backend: str):
+    return load_config(None, [*SETTINGS, f"rl.algo={algo}", f"model.backend={backend}"])
+
+
+def _batches(state: TrainState):
     """Two pre-training batches and three RL batches of 5 groups of 4 (one rank gets 3)."""
     gen = torch.Generator().manual_seed(1)
     vocab, block = state.tok.vocab_size, state.cfg.model.block_size
@@ -38,39 +44,56 @@ def _batches(state: TrainState, algo: str):
     return [(x[:, :-1], x[:, 1:]) for x in pre], rl
 
 
-def _train(state: TrainState, algo: str) -> None:
-    pre, rl = _batches(state, algo)
-    for batch in pre:
-        pretrain_update(state, batch)
-    state.start_rl()
-    for exp in rl:
+def _train(state: TrainState, until: int = 3, start: int = 0) -> None:
+    pre, rl = _batches(state)
+    if start == 0:
+        for batch in pre:
+            pretrain_update(state, batch)
+        state.start_rl()
+    for exp in rl[start:until]:
         rl_update(state, exp)
 
 
-def _rank(rank: int, world: int, init: str, algo: str, out: str) -> None:
+def _rank(rank: int, world: int, init: str, algo: str, backend: str, out: str, mode: str):
+    """mode "train": the whole schedule; "checkpoint": two RL batches, the checkpoint, the
+    third; "resume": from that checkpoint, the third."""
     os.environ.update({WORLD_ENV: str(world), INIT_ENV: init})
-    cfg = load_config(None, [*SETTINGS, f"rl.algo={algo}"])
-    state = TrainState(cfg, threads=1)
     ranks = Ranks.from_env(rank)
-    state.join(ranks)
+    state = TrainState(_config(algo, backend), threads=1)
     if ranks.leader:
-        _train(state, algo)
+        if mode == "resume":
+            ck = torch.load(f"{out}/checkpoint.pt", weights_only=False)
+            state.load_state_dict(ck)
+            state.join(ranks)
+            ranks.send(("sync", ck))
+            _train(state, until=3, start=2)
+        else:
+            state.join(ranks)
+            _train(state, until=2 if mode == "checkpoint" else 3)
+            if mode == "checkpoint":
+                torch.save(state.state_dict(), f"{out}/checkpoint.pt")
+                _train(state, until=3, start=2)
         ranks.send(("stop",))
     else:
+        state.join(ranks)
         follow(state, ranks)
-    torch.save(state.model.state_dict(), f"{out}/rank{rank}.pt")
+    torch.save(state.model.state_dict(), f"{out}/{mode}-rank{rank}.pt")
     ranks.close()
 
 
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_two_ranks_take_the_step_one_process_takes_on_the_whole_batch(algo, tmp_path):
-    cfg = load_config(None, [*SETTINGS, f"rl.algo={algo}"])
-    alone = TrainState(cfg, threads=1)
+def _spawn(tmp_path, algo: str, backend: str, mode: str = "train") -> list[dict]:
+    init = f"file://{tmp_path / f'rendezvous-{mode}'}"  # no port to race another process for
+    mp.spawn(_rank, args=(2, init, algo, backend, str(tmp_path), mode), nprocs=2, join=True)
+    return [torch.load(tmp_path / f"{mode}-rank{r}.pt") for r in range(2)]
+
+
+@pytest.mark.parametrize(("algo", "backend"), [("grpo", "torch"), ("ppo", "torch"),
+                                               ("grpo", "deepspeed")])  # fmt: skip
+def test_two_ranks_take_the_step_one_process_takes_on_the_whole_batch(algo, backend, tmp_path):
+    alone = TrainState(_config(algo, "torch"), threads=1)
     before = {k: v.clone() for k, v in alone.model.state_dict().items()}
-    _train(alone, algo)
-    init = f"file://{tmp_path / 'rendezvous'}"  # no port to race another process for
-    mp.spawn(_rank, args=(2, init, algo, str(tmp_path)), nprocs=2, join=True)
-    ranked = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    _train(alone)
+    ranked = _spawn(tmp_path, algo, backend)
     for name, weight in alone.model.state_dict().items():
         assert torch.equal(ranked[0][name], ranked[1][name]), name  # the ranks never diverge
         assert not torch.equal(weight, before[name]) or "value_head" in name  # it trained
@@ -80,6 +103,15 @@ def test_two_ranks_take_the_step_one_process_takes_on_the_whole_batch(algo, tmp_
         alone_weights = alone.model.state_dict().items()
         drift = max((ranked[0][n] - w).abs().max().item() for n, w in alone_weights)
         assert drift < 0.05, drift
+
+
+def test_a_zero_checkpoint_holds_every_ranks_partition_and_resumes_the_pair(tmp_path):
+    straight = _spawn(tmp_path, "grpo", "deepspeed", "checkpoint")
+    ck = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert isinstance(ck["optimizer"], list) and len(ck["optimizer"]) == 2
+    resumed = _spawn(tmp_path, "grpo", "deepspeed", "resume")
+    for name, weight in straight[0].items():
+        assert torch.equal(resumed[0][name], weight) and torch.equal(resumed[1][name], weight)
 
 
 def test_batches_are_shared_out_whole_groups_and_every_row_once():
