@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,11 @@ class Ranks:
         rank = int(os.environ.get(RANK_ENV, "0")) if rank is None else rank
         host = os.environ.get(HOST_ENV, "127.0.0.1")
         init = os.environ.get(INIT_ENV) or f"tcp://{host}:{os.environ[PORT_ENV]}"
+        # what DeepSpeed reads: the same on every rank of this group and no other (its CPU
+        # shared-memory reduce names its segments after the master's address and port)
+        port = os.environ.get(PORT_ENV) or str(20000 + zlib.crc32(init.encode()) % 40000)
+        os.environ.update(MASTER_ADDR=host, MASTER_PORT=port, RANK=str(rank),
+                          LOCAL_RANK=str(rank), WORLD_SIZE=str(world))  # fmt: skip
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
                                 timeout=TIMEOUT)  # fmt: skip

@@ -60,6 +60,10 @@ def _rank(rank: int, world: int, init: str, algo: str, backend: str, out: str, m
     os.environ.update({WORLD_ENV: str(world), INIT_ENV: init})
     ranks = Ranks.from_env(rank)
     state = TrainState(_config(algo, backend), threads=1)
+    if ranks is None:  # one process on the whole batch, as clean as the ranks' processes
+        _train(state)
+        torch.save(state.model.state_dict(), f"{out}/{mode}-rank{rank}.pt")
+        return
     if ranks.leader:
         if mode == "resume":
             ck = torch.load(f"{out}/checkpoint.pt", weights_only=False)
@@ -81,27 +85,27 @@ def _rank(rank: int, world: int, init: str, algo: str, backend: str, out: str, m
     ranks.close()
 
 
-def _spawn(tmp_path, algo: str, backend: str, mode: str = "train") -> list[dict]:
+def _spawn(tmp_path, algo: str, backend: str, mode: str = "train", world: int = 2) -> list:
+    """Every rank in a fresh process (what earlier tests left in this one cannot leak in)."""
     init = f"file://{tmp_path / f'rendezvous-{mode}'}"  # no port to race another process for
-    mp.spawn(_rank, args=(2, init, algo, backend, str(tmp_path), mode), nprocs=2, join=True)
-    return [torch.load(tmp_path / f"{mode}-rank{r}.pt") for r in range(2)]
+    mp.spawn(_rank, args=(world, init, algo, backend, str(tmp_path), mode), nprocs=world,
+             join=True)  # fmt: skip
+    return [torch.load(tmp_path / f"{mode}-rank{r}.pt") for r in range(world)]
 
 
 @pytest.mark.parametrize(("algo", "backend"), [("grpo", "torch"), ("ppo", "torch"),
                                                ("grpo", "deepspeed")])  # fmt: skip
 def test_two_ranks_take_the_step_one_process_takes_on_the_whole_batch(algo, backend, tmp_path):
-    alone = TrainState(_config(algo, "torch"), threads=1)
-    before = {k: v.clone() for k, v in alone.model.state_dict().items()}
-    _train(alone)
+    before = TrainState(_config(algo, "torch"), threads=1).model.state_dict()
+    (alone,) = _spawn(tmp_path, algo, "torch", mode="alone", world=1)
     ranked = _spawn(tmp_path, algo, backend)
-    for name, weight in alone.model.state_dict().items():
+    for name, weight in alone.items():
         assert torch.equal(ranked[0][name], ranked[1][name]), name  # the ranks never diverge
         assert not torch.equal(weight, before[name]) or "value_head" in name  # it trained
         if algo == "grpo":  # group-relative advantages: sharding by whole groups is exact
             torch.testing.assert_close(ranked[0][name], weight, atol=2e-5, rtol=1e-4)
     if algo == "ppo":  # PPO normalises advantages over each rank's shard: close, not equal
-        alone_weights = alone.model.state_dict().items()
-        drift = max((ranked[0][n] - w).abs().max().item() for n, w in alone_weights)
+        drift = max((ranked[0][n] - w).abs().max().item() for n, w in alone.items())
         assert drift < 0.05, drift
 
 
