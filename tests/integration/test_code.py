@@ -49,7 +49,7 @@ BAD_ROWS = [
 ]  # fmt: skip
 
 ATTACKS = {  # each comes before a correct solution: only a sandbox that stops it scores it 0
-    "loop": ("while True:\n    pass", "CPU time"),
+    "loop": ("while True:\n    pass", "CPU time|timed out"),  # on a loaded box: the wall clock
     "fork": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
              "        pass", "CPU time|timed out"),
     "memory": ("hog = bytearray(4 * 1024**3)", "MemoryError"),
