@@ -31,6 +31,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -62,7 +63,7 @@ from rlstream.trainers.datasets import usable
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
 from rlstream.trainers.pretrain import Corpus
-from rlstream.trainers.ranks import Ranks
+from rlstream.trainers.ranks import RANK_ENV, Ranks
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
@@ -433,14 +434,15 @@ def follow_rank(cfg: Config, ranks: Ranks) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, type=Path)
-    parser.add_argument("--rank", type=int, default=0, help="this process's trainer rank")
+    parser.add_argument("--rank", type=int, help=f"this process's trainer rank (else ${RANK_ENV})")
     args = parser.parse_args(argv)
-    name = f"trainer-{args.rank}" if args.rank else "trainer"
+    rank = int(os.environ.get(RANK_ENV, "0")) if args.rank is None else args.rank
+    name = f"trainer-{rank}" if rank else "trainer"
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(message)s")
     log.info("imported in %.1f s", time.time() - psutil.Process().create_time())
     prom.serve_from_env()
     cfg = Config.read(args.config)
-    ranks = Ranks.from_env(args.rank)
+    ranks = Ranks.from_env(rank, cfg.loop.trainer_ranks)
     if ranks is not None and not ranks.leader:
         follow_rank(cfg, ranks)
         return

@@ -37,8 +37,12 @@ SAMPLE_SEED_OFFSET = 7  # rollouts draw from their own generator: seed + 7
 
 
 def resolve_device(device: str) -> str:
+    """`auto` is the GPU when there is one; a GPU is this process's own (trainer ranks pin
+    theirs, `Ranks.from_env`), so N ranks on one machine use N GPUs, not cuda:0 N times."""
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and torch.cuda.is_available():
+        return f"cuda:{torch.cuda.current_device()}"
     return device
 
 

@@ -38,6 +38,7 @@ RANK_ENV, WORLD_ENV, PORT_ENV, HOST_ENV, INIT_ENV = (
     "RLSTREAM_TRAINER_HOST",
     "RLSTREAM_TRAINER_INIT",  # a whole init_method instead (file:///shared/path: no port)
 )
+LOCAL_ENV = "RLSTREAM_TRAINER_LOCAL_RANK"  # the GPU index on this machine (a pod's own GPUs)
 TIMEOUT = datetime.timedelta(minutes=30)  # rank 0 may wait this long for experience
 
 
@@ -47,20 +48,27 @@ class Ranks:
     world: int
 
     @classmethod
-    def from_env(cls, rank: int | None = None) -> Ranks | None:
-        """The process group this process belongs to (joined here), or None for one rank."""
-        world = int(os.environ.get(WORLD_ENV, "1"))
+    def from_env(cls, rank: int | None = None, world: int = 1) -> Ranks | None:
+        """The process group this process belongs to (joined here), or None for one rank.
+        `world` is the run's `loop.trainer_ranks`; RLSTREAM_TRAINER_WORLD overrides it."""
+        world = int(os.environ.get(WORLD_ENV, world))
         if world <= 1:
             return None
         rank = int(os.environ.get(RANK_ENV, "0")) if rank is None else rank
         host = os.environ.get(HOST_ENV, "127.0.0.1")
+        if not os.environ.get(INIT_ENV) and not os.environ.get(PORT_ENV):
+            raise SystemExit(f"trainer rank {rank} of {world}: set {PORT_ENV} (rank 0's "
+                             f"rendezvous port, on {HOST_ENV}) or {INIT_ENV}")  # fmt: skip
         init = os.environ.get(INIT_ENV) or f"tcp://{host}:{os.environ[PORT_ENV]}"
         # what DeepSpeed reads: the same on every rank of this group and no other (its CPU
         # shared-memory reduce names its segments after the master's address and port)
         port = os.environ.get(PORT_ENV) or str(20000 + zlib.crc32(init.encode()) % 40000)
+        local = local_rank(rank)
         os.environ.update(MASTER_ADDR=host, MASTER_PORT=port, RANK=str(rank),
-                          LOCAL_RANK=str(rank), WORLD_SIZE=str(world))  # fmt: skip
+                          LOCAL_RANK=str(local), WORLD_SIZE=str(world))  # fmt: skip
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local)  # before any tensor: NCCL and the model use this GPU
         dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
                                 timeout=TIMEOUT)  # fmt: skip
         log.info("rank %d of %d joined (%s)", rank, world, backend)
@@ -110,7 +118,7 @@ class Ranks:
         """The update's figures over the whole batch: a weighted mean of each key in `keys`
         (sums for `tokens`), the same keys on every rank."""
         values = [float(metrics.get(k, 0.0)) * (1.0 if k == "tokens" else weight) for k in keys]
-        t = torch.tensor([*values, float(weight)], dtype=torch.float64)
+        t = torch.tensor([*values, float(weight)], dtype=torch.float64, device=_collective())
         dist.all_reduce(t)
         total = max(float(t[-1]), 1e-12)
         reduced = {
@@ -122,6 +130,20 @@ class Ranks:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _collective() -> str:
+    """Where a collective's own tensors live: NCCL reduces only GPU tensors."""
+    return "cuda" if dist.get_backend() == "nccl" else "cpu"
+
+
+def local_rank(rank: int) -> int:
+    """This rank's GPU on its machine: LOCAL_RANK where a launcher set it (torchrun, a pod
+    with several GPUs), else the rank itself (every rank on one machine, the supervisor's
+    layout), modulo the GPUs there are; 0 on CPU."""
+    gpus = torch.cuda.device_count()
+    local = int(os.environ.get(LOCAL_ENV, rank))
+    return local % gpus if gpus else local
 
 
 def share_rows(rows: int, world: int) -> list[slice]:

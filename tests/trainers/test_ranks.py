@@ -13,8 +13,16 @@ import torch
 import torch.multiprocessing as mp
 
 from rlstream.config import load_config
-from rlstream.trainers.core import TrainState, follow, pretrain_update, rl_update
-from rlstream.trainers.ranks import INIT_ENV, WORLD_ENV, Ranks, share_groups, share_rows
+from rlstream.trainers.core import TrainState, follow, pretrain_update, resolve_device, rl_update
+from rlstream.trainers.ranks import (
+    INIT_ENV,
+    LOCAL_ENV,
+    WORLD_ENV,
+    Ranks,
+    local_rank,
+    share_groups,
+    share_rows,
+)
 from rlstream.trainers.rl import Experience
 
 SETTINGS = ["model.n_layer=1", "model.n_embd=32", "model.threads=1"]
@@ -125,3 +133,13 @@ def test_batches_are_shared_out_whole_groups_and_every_row_once():
     assert {ids[i] for i in shards[0]}.isdisjoint({ids[i] for i in shards[1]})
     assert [len(s) for s in shards] == [12, 8]
     assert [s.stop - s.start for s in share_rows(7, 3)] == [2, 2, 3]
+
+
+def test_each_rank_takes_its_own_gpu_index(monkeypatch):
+    monkeypatch.delenv(LOCAL_ENV, raising=False)
+    gpus = torch.cuda.device_count()
+    assert local_rank(3) == (3 % gpus if gpus else 3)  # the supervisor's layout: one machine
+    monkeypatch.setenv(LOCAL_ENV, "1")  # a launcher's (torchrun, a pod with its own GPUs)
+    assert local_rank(7) == (1 % gpus if gpus else 1)
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == (f"cuda:{torch.cuda.current_device()}" if gpus else "cpu")

@@ -15,10 +15,12 @@ import yaml
 
 from rlstream.config import Config, LoopConfig
 from rlstream.schemas import get
+from rlstream.trainers.ranks import HOST_ENV, PORT_ENV, RANK_ENV
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 KUBERNETES = "1.33.0"
 RUN = "RUN_ID"  # the placeholder the manifests name the run by
+WORKLOADS = ("Deployment", "StatefulSet")
 
 # the ScaledObject fields KEDA documents for a Kafka trigger (keda.sh/docs, Apache Kafka)
 SCALED_OBJECT = {
@@ -103,7 +105,7 @@ def test_keda_reads_the_backlog_the_autoscaler_reads():
 
 
 def test_every_process_runs_a_module_of_the_package_with_the_runs_config():
-    deployments = [d for n, d in documents().items() if n.startswith("Deployment/")]
+    deployments = [d for n, d in documents().items() if n.split("/")[0] in WORKLOADS]
     modules = set()
     for d in deployments:
         (container,) = d["spec"]["template"]["spec"]["containers"]
@@ -115,3 +117,20 @@ def test_every_process_runs_a_module_of_the_package_with_the_runs_config():
         assert refs == {"rlstream-endpoints", "rlstream-secrets"}
     assert modules == {"rlstream.streams.trainer", "rlstream.streams.scheduler",
                        "rlstream.streams.worker", "rlstream.streams.rollout_worker"}  # fmt: skip
+
+
+def test_the_trainer_ranks_meet_at_rank_zeros_stable_name():
+    docs = documents()
+    ranks, service = docs["StatefulSet/rlstream-trainer"], docs["Service/rlstream-trainer"]
+    (container,) = ranks["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert ranks["spec"]["serviceName"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"  # headless: each pod has its own name
+    assert service["spec"]["selector"] == ranks["spec"]["template"]["metadata"]["labels"]
+    host = env[HOST_ENV]["value"]
+    assert host == f"{ranks['metadata']['name']}-0.{service['metadata']['name']}"
+    assert "pod-index" in env[RANK_ENV]["valueFrom"]["fieldRef"]["fieldPath"]
+    port = int(env[PORT_ENV]["value"])
+    assert port in [p["port"] for p in service["spec"]["ports"]]
+    assert port in [p["containerPort"] for p in container["ports"]]
+    assert ranks["spec"]["replicas"] == LoopConfig().trainer_ranks  # the config's default
