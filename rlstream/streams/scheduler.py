@@ -80,6 +80,7 @@ from rlstream.trainers.checkpoint import from_bytes, to_bytes
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.experience import RowLimits, RowRefused, keep_rows_of_run, row_problem
 from rlstream.trainers.selection import records_to_batch
+from rlstream.trainers.selection.compute import measure_prefill_ratio
 from rlstream.trainers.selection.neighbours import QdrantNeighbourhood
 from rlstream.trainers.selection.policy_features import (
     reads_policy,
@@ -162,6 +163,9 @@ class Scheduler:
             self.fitted_at = ppm.policy_version if ppm is not None else 0
             log.info("restored the sampler state of round %d", self.saved["round"])
             self.saved = None
+        if getattr(sampler, "compute", None) is not None:  # scoring's tokens, counted on
+            sampler.compute.add(self.clock.compute.prefilled, self.clock.compute.decoded)
+            self.clock.compute = sampler.compute
         sampler.extend(self.pool[len(sampler.pool) :])
 
     def join(self, entries: list[tuple[str, Prompt]]) -> None:
@@ -209,6 +213,13 @@ class Scheduler:
             await self.follower.ready.wait()
             await embedded
             self.set_sampler(await asyncio.to_thread(self.make_sampler))
+            if self.clock.prefill_ratio is None:  # what a prefilled token costs, decoded
+                texts = [p.text for p in self.pool[: self.sampler.args.candidate_pool]]
+                self.clock.prefill_ratio, detail = await asyncio.to_thread(
+                    measure_prefill_ratio, self.follower.policy, texts, 16
+                )
+                log.info("a prefilled token costs %.3f decoded ones (%s)",
+                         self.clock.prefill_ratio, detail)  # fmt: skip
             log.info("the sampler is ready: %d prompts, policy version %d, PPM features %s",
                      len(self.pool), self.follower.policy.version,
                      self.cfg.ppm_feature_spec())  # fmt: skip

@@ -11,6 +11,7 @@ import numpy as np
 
 from rlstream import metrics
 from rlstream.schemas import make_event_id
+from rlstream.trainers.selection.compute import Compute
 
 # Completed groups remembered to skip a redelivery: a duplicate comes from the processors
 # re-scoring the rollouts they had not committed when they were restarted, which is at most
@@ -26,6 +27,8 @@ class SelectionClock:
         self.seconds: dict[str, float] = {}
         self.rounds = 0
         self.candidates = 0  # prompts the PPM sampler scored (selection.ppm_candidates_max)
+        self.compute = Compute()  # the policy tokens scoring read (the sampler's own counter)
+        self.prefill_ratio: float | None = None  # measured once the policy is there
 
     @contextlib.contextmanager
     def part(self, name: str):
@@ -47,7 +50,10 @@ class SelectionClock:
         if not self.rounds:
             return {}
         total = sum(self.seconds.values())
-        return {"select_s": round(total, 3),
+        cost = {"select_decoded": self.compute.decoded, "select_prefilled": self.compute.prefilled}
+        if self.prefill_ratio is not None:
+            cost["prefill_ratio"] = round(self.prefill_ratio, 4)
+        return cost | {"select_s": round(total, 3),
                 "select_ms_per_round": round(1000 * total / self.rounds, 2),
                 "candidates_per_round": round(self.candidates / self.rounds, 1)} | {
             f"{name}_ms_per_round": round(1000 * s / self.rounds, 2)
@@ -56,13 +62,16 @@ class SelectionClock:
 
     def state_dict(self) -> dict:
         return {"seconds": dict(self.seconds), "rounds": self.rounds,
-                "candidates": self.candidates}  # fmt: skip
+                "candidates": self.candidates, "compute": self.compute.as_dict(),
+                "prefill_ratio": self.prefill_ratio}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         """A restarted scheduler goes on counting from its snapshot."""
         self.seconds = dict(state.get("seconds", {}))
         self.rounds = int(state.get("rounds", 0))
         self.candidates = int(state.get("candidates", 0))
+        self.compute = Compute(**state.get("compute", {}))
+        self.prefill_ratio = state.get("prefill_ratio")
 
 
 class Calibration:

@@ -23,6 +23,7 @@ from rlstream.config import RLConfig
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.policy import Policy, rollout, score, to_experience
 from rlstream.trainers.rl import Experience
+from rlstream.trainers.selection.compute import Compute
 from rlstream.trainers.selection.dapo import DynamicSamplingSampler, fill_batch, is_zero_variance
 
 
@@ -39,6 +40,8 @@ class Batch:
     """whether each row's verifier accepted it"""
     rollouts: int = 0
     """completions generated for this batch, discarded rounds included"""
+    compute: Compute = field(default_factory=Compute)
+    """the tokens those completions cost (prompts prefilled, completions decoded)"""
     t_select: float = 0.0
     """seconds in the sampler (select + update: PPM fits)"""
     t_sample: float = 0.0
@@ -67,6 +70,7 @@ class _Round:
     rewards: list[list[float]]
     texts: list[str]
     correct: list[bool]
+    compute: Compute
 
 
 def _roll(policy: Policy, prompts, rl: RLConfig, version: int, gen, reward_fn, tag: str, env):
@@ -77,7 +81,9 @@ def _roll(policy: Policy, prompts, rl: RLConfig, version: int, gen, reward_fn, t
         exp.group_ids = [f"{tag}:{g}" for g in exp.group_ids]
     G = rl.group_size
     groups = [rewards[i * G : (i + 1) * G] for i in range(len(prompts))]
-    return _Round(prompts, exp, groups, s.texts, correct)
+    compute = Compute()
+    compute.add_samples(s)
+    return _Round(prompts, exp, groups, s.texts, correct, compute)
 
 
 def _assemble(picks: list[tuple[_Round, int]], rl: RLConfig, rollouts: int) -> Batch:
@@ -128,5 +134,7 @@ def collect(
                 break
         picks = (picks + spare)[:B] if rl.filter_zero_variance else picks
     out = _assemble(picks, rl, sum(len(r.texts) for r in rounds))
+    for r in rounds:
+        out.compute.add(r.compute.prefilled, r.compute.decoded)
     out.t_sample, out.t_select = t_sample, time.perf_counter() - t0 - t_sample
     return out

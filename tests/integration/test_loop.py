@@ -442,6 +442,15 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     parts = [figures[f"scheduler_{p}_ms_per_round"] for p in ("features", "fit", "pick")]
     assert cost > 0 and cost == pytest.approx(sum(parts), abs=0.05)
     assert figures["scheduler_candidates_per_round"] >= 8  # at least a batch scored a round
+    # and in tokens (trainers/selection/compute.py): each candidate's greedy decode, charged
+    # against the rollouts' tokens at the prefill cost the scheduler measured on the policy
+    assert figures["scheduler_select_decoded"] > 0 and figures["scheduler_select_prefilled"] > 0
+    assert 0 < figures["scheduler_prefill_ratio"] < 10
+    rows = {r["event_id"]: r for r in _rows("experience")}.values()
+    assert figures["rollout_decoded"] == sum(len(r["completion_tokens"]) for r in rows) > 0
+    share = figures["selection_compute"] / figures["rollout_compute"]
+    assert figures["selection_compute_share"] == pytest.approx(share, abs=1e-4) and share > 0
+    assert 0 < figures["cpu_share_of_cores_rl"]["scheduler"] <= 1
 
 
 def test_eval_results_arrive(loop_run):

@@ -100,6 +100,19 @@ def test_bench_records_invariants(tmp_path, cache_dir):
     per_step = pool["samplers"]["ppm"]["candidates_per_step"]["mean"]
     assert per_step == pytest.approx(sum(screened) / len(screened))
     assert pool["samplers"]["uniform"]["candidates_per_step"]["mean"] == 0
+    # compute: every rollout's tokens, and scoring's (the PPM's policy features) charged to it
+    for sampler in ("uniform", "dapo", "ppm"):
+        rows = [r for r in t if r["sampler"] == sampler and r["step"] > 0]
+        decoded = [r["rollout_decoded"] for r in rows]
+        assert decoded == sorted(decoded) and decoded[0] > 0
+        assert all(r["rollout_prefilled"] >= r["rollouts"] for r in rows)  # a token a prompt
+        scored = [r["select_decoded"] + r["select_prefilled"] for r in rows]
+        assert (scored[-1] > 0) == (sampler == "ppm"), (sampler, scored)
+        f = pool["samplers"][sampler]
+        assert (f["selection_compute_share"]["mean"] > 0) == (sampler == "ppm")
+    assert 0 < pool["prefill_ratio"]["median"] < 10  # a prefilled token, in decoded tokens
+    if "target_note" not in pool:  # uniform gained enough over the start for targets
+        assert pool["samplers"]["uniform"]["compute_speedup_vs_uniform"]["mean"] == 1.0
     assert set(pool["samplers"]["ppm"]["final_by_family"]) == {"add", "sub"}
     q = pool["samplers"]["ppm"]["int8_scoring"]  # INT8 scoring's cost, on the same prompts
     assert 0 <= q["mean_abs_change"]["mean"] <= q["max_abs_change"]["mean"] < 0.1

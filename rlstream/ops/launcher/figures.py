@@ -66,6 +66,29 @@ def scheduler_figures(evals: list[dict]) -> dict:
     }
 
 
+def selection_compute(summary: dict) -> dict:
+    """Scoring's compute against the rollouts' (`trainers/selection/compute.py`: decoded-token
+    units, a prefilled token at the ratio the scheduler measured on the policy): the share of
+    the run's generation budget that went to choosing prompts. 0 for samplers that read no
+    policy.
+
+    >>> selection_compute({"rollout_decoded": 900, "rollout_prefilled": 400,
+    ...     "scheduler_select_decoded": 0, "scheduler_select_prefilled": 400,
+    ...     "scheduler_prefill_ratio": 0.25})["selection_compute_share"]
+    0.1
+    """
+    ratio = summary.get("scheduler_prefill_ratio") or 0.0
+    rollouts = summary.get("rollout_decoded", 0) + ratio * summary.get("rollout_prefilled", 0)
+    scoring = summary.get("scheduler_select_decoded", 0) + ratio * summary.get(
+        "scheduler_select_prefilled", 0
+    )
+    return {
+        "selection_compute": round(scoring),
+        "rollout_compute": round(rollouts),
+        "selection_compute_share": round(scoring / rollouts, 4) if rollouts else None,
+    }
+
+
 def qdrant_figures(endpoints: Endpoints, cfg: Config) -> dict:
     """Prompts with outcome statistics in the run's Qdrant collection (the environment state)."""
     from rlstream.connectors.vectors import VectorStore
@@ -90,6 +113,11 @@ def collect(endpoints: Endpoints, cfg: Config) -> dict:
     archive = store.read_parquet_prefix(f"{cfg.run_id}/experience/")
     archived = archive.column("event_id").to_pylist() if archive.num_rows else []
     published_ids = {r["event_id"] for r in published}
+    rows = {r["event_id"]: r for r in published}.values()
+    figures_tokens = {  # what the rollouts cost (selection_compute charges scoring against it)
+        "rollout_decoded": sum(len(r["completion_tokens"]) for r in rows),
+        "rollout_prefilled": sum(len(r["prompt_tokens"]) for r in rows),
+    }
     requests = asyncio.run(_run_rows(endpoints, "rollout_requests", cfg.run_id))
     prompts = asyncio.run(
         read_rows_where(endpoints, PROMPTS.topic, lambda r: r["dataset"] == cfg.data.dataset)
@@ -111,6 +139,7 @@ def collect(endpoints: Endpoints, cfg: Config) -> dict:
         "archive_matches_topic": matches,
         "experience_dropped_by_broker": dropped,
     }
+    figures |= figures_tokens
     figures |= latency(requests, published) | joined_mid_run(prompts, requests, cfg)
     return figures | qdrant_figures(endpoints, cfg)
 

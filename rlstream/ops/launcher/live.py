@@ -161,8 +161,12 @@ def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
     last: dict[str, float] = {}
     disk_last: dict[str, float] = {}
     pss: dict[str, float] = {}
+    cpu: dict[str, list[float]] = defaultdict(list)  # RL phase: % of one core, per sample
     for t in trace:
         step = t.get("rl_step") or 0
+        for name, p in t.get("processes", {}).items():
+            if step and p[0] is not None:
+                cpu[name].append(p[0])
         seen = {n: p[1] for n, p in t.get("processes", {}).items() if p[1] is not None}
         pss |= {n: p[2] for n, p in t.get("processes", {}).items() if p[2:] and p[2] is not None}
         for name, rss in (seen | t.get("servers", {})).items():
@@ -185,6 +189,12 @@ def resource_figures(trace: list[dict], checkpoint_sizes: list) -> dict:
         },
         "checkpoint_bytes_end": sizes[-1][1] if sizes else None,
         "checkpoint_bytes_slope_per_1k_steps": slope_per_1k(sizes),
+        # each process's mean share of the machine's cores over the RL phase (the scheduler's
+        # is what choosing prompts takes from the rollout workers and the trainer)
+        "cpu_share_of_cores_rl": {
+            n: round(sum(v) / len(v) / (100 * (os.cpu_count() or 1)), 3)
+            for n, v in sorted(cpu.items())
+        },  # fmt: skip
     }
 
 

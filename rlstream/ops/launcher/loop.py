@@ -18,7 +18,13 @@ from pathlib import Path
 from rlstream import metrics
 from rlstream.config import Config, show
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.ops.launcher.figures import _run_rows, collect, rl_rates, scheduler_figures
+from rlstream.ops.launcher.figures import (
+    _run_rows,
+    collect,
+    rl_rates,
+    scheduler_figures,
+    selection_compute,
+)
 from rlstream.ops.launcher.live import LIVE_FILE, LiveFile, resource_figures, server_pids
 from rlstream.ops.launcher.seeding import seed_topics, with_dataset
 from rlstream.ops.launcher.supervisor import Supervisor, child_env, wait_for_trainer
@@ -151,6 +157,7 @@ def run_loop(
             | scheduler_figures(watcher.view.evals)
         )
         summary |= resource_figures(live.trace, summary.get("checkpoint_sizes", []))
+        summary |= selection_compute(summary)
         if scaling is not None:  # when the rollout workers were added and retired, and why
             summary |= scaling.figures()
         report = write_report(out, summary, watcher.view)

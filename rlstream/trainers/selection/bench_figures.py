@@ -35,7 +35,11 @@ FLOORS = {
 def pool_figures(runs: dict[str, list], a) -> dict:
     """Every figure of one pool from its arms: runs[sampler] = [ArmResult per seed]; `a` the
     bench's BenchArgs."""
-    rows = {s: [r.rows for r in rs] for s, rs in runs.items()}
+    ratios = [r.prefill_ratio["prefill_ratio"] for rs in runs.values() for r in rs
+              if r.prefill_ratio]  # fmt: skip
+    ratio = float(np.median(ratios)) if ratios else 0.0
+    rows = {s: [M.with_compute(r.rows, ratio) for r in rs] for s, rs in runs.items()}
+    counted = all("compute" in r[-1] for rs in rows.values() for r in rs)
     uni = rows["uniform"]
     start = float(np.mean([r[0]["greedy"] for r in uni]))
     uni_final = M.mean_std([M.final(r)["greedy"] for r in uni])
@@ -47,6 +51,8 @@ def pool_figures(runs: dict[str, list], a) -> dict:
     fams = M.families(uni[0])
     uni_fam = {f: np.mean([M.final(r)["greedy_by_task"][f] for r in uni]) for f in fams}
     out = {"start_accuracy": start, "target_accuracy": target, "samplers": {}}
+    if counted:
+        out["prefill_ratio"] = {"median": ratio, "min": min(ratios), "max": max(ratios)}
     if uni_final["mean"] - start < 0.02 and a.target_accuracy is None:
         out["target_note"] = (
             f"uniform gained {uni_final['mean'] - start:+.3f} over the start within the budget: "
@@ -83,6 +89,11 @@ def pool_figures(runs: dict[str, list], a) -> dict:
             ),
             "rollout_reduction_vs_dapo": M.mean_std([]),
         }
+        if counted:
+            f["compute"] = M.mean_std([M.to_target(r, final_target, "compute") for r in rs])
+            f["compute_speedup_vs_uniform"] = M.ratio_of_means(
+                cost(uni, "compute", final_target), cost(rs, "compute", final_target)
+            )
         if "dapo" in rows:
             dapo = [M.smoothed(r, 3) for r in rows["dapo"]]
             r = M.ratio_of_means(
@@ -126,13 +137,20 @@ def pool_figures(runs: dict[str, list], a) -> dict:
             "score_records": int(sum(r.score_records for r in runs[s])),
         }
         f["family_change_vs_uniform"] = {k: v - uni_fam[k] for k, v in f["final_by_family"].items()}
+        if counted:  # compute: the rollouts' tokens and scoring's (selection/compute.py)
+            f["compute_to_target"] = M.mean_std([M.to_target(r, target, "compute") for r in rs])
+            f["compute_speedup_vs_uniform"] = M.ratio_of_means(
+                cost(uni, "compute"), cost(rs, "compute")
+            )
+            f["selection_compute_share"] = M.mean_std([M.selection_share(r) for r in rs])
         f["rollout_reduction_vs_dapo"] = M.mean_std([])
         if "dapo" in rows:
             r = M.ratio_of_means(cost(rs, "rollouts"), cost(rows["dapo"], "rollouts"))
             f["rollout_reduction_vs_dapo"] = r | {"mean": 1 - r["mean"]} if r["n"] else r
         f["to_uniform_final"] = to_final(rs)
         if out.get("target_note"):
-            for k in ("steps_to_target", "rollouts_to_target", "step_speedup_vs_uniform"):
+            for k in ("steps_to_target", "rollouts_to_target", "step_speedup_vs_uniform",
+                      "compute_to_target", "compute_speedup_vs_uniform"):  # fmt: skip
                 f[k] = M.mean_std([])
             f["rollout_reduction_vs_dapo"] = M.mean_std([])
             f["to_uniform_final"] = {}

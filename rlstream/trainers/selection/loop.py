@@ -29,6 +29,7 @@ from rlstream.trainers.core import TrainState, rl_update
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.evaluate import evaluate_with
 from rlstream.trainers.policy import Policy, policy_from_bytes
+from rlstream.trainers.selection.compute import Compute, measure_prefill_ratio
 from rlstream.trainers.selection.policy_features import tuned_args
 from rlstream.trainers.selection.predictive import PredictiveArgs
 from rlstream.trainers.selection.registry import build_sampler, policy_moved, split_arm
@@ -82,6 +83,9 @@ class ArmResult:
     prior strength its predictions carried"""
     ppm_state: dict | None = None
     """the PPM sampler's final `warm_state` (kept beside the arm's JSON, not in it)"""
+    prefill_ratio: dict | None = None
+    """a prefill token's cost in decoded tokens, measured on the starting policy at the arm's
+    start (`compute.measure_prefill_ratio`): what the pool's compute figures charge"""
 
 
 def policy_fingerprint(blob: bytes) -> str:
@@ -129,6 +133,10 @@ def run_arm(
     state.start_rl()
     sampler = build_sampler(cfg, pool, state.policy, name=sampler_name, ppm_args=a.ppm)
     res = ArmResult(sampler_name, seed, [], start_policy=policy_fingerprint(blob))
+    res.prefill_ratio = measure_prefill_ratio(
+        state.policy(), [p.text for p in pool[: tuned_args().candidate_pool]],
+        min(cfg.rl.max_new_tokens, 16),
+    )[1]  # fmt: skip
     ppm = getattr(sampler, "ppm", None)
     if warm is not None:
         if ppm is None:
@@ -138,9 +146,11 @@ def run_arm(
                           "prior_strength": sampler.prior_strength()}  # fmt: skip
     ev, _ = evaluate_heldout(state.policy(), eval_set, 0, cfg, seed)
     res.rows.append({"step": 0, "rollouts": 0, "wasted": 0, "trained_rollouts": 0} | ev)
-    trained, steps = 0, cfg.rl.steps
+    trained, steps, rolled = 0, cfg.rl.steps, Compute()
     for step in range(steps):
         batch = collect(state.policy(), sampler, cfg.rl, step, state.sample_gen, env=cfg.env)
+        rolled.add(batch.compute.prefilled, batch.compute.decoded)
+        scored = getattr(sampler, "compute", None) or Compute()  # samplers reading no policy
         res.score_records += len(getattr(sampler, "last_records", []))
         t0 = time.perf_counter()
         m = rl_update(state, batch.experience)
@@ -160,6 +170,11 @@ def run_arm(
             "t_sample": batch.t_sample,
             "t_update": t_update,
             "n_trained": len(batch.prompts),
+            # cumulative tokens (selection/compute.py): the rollouts', and scoring's
+            "rollout_decoded": rolled.decoded,
+            "rollout_prefilled": rolled.prefilled,
+            "select_decoded": scored.decoded,
+            "select_prefilled": scored.prefilled,
         }
         last = step + 1 == steps
         if (step + 1) % a.eval_every == 0 or last:

@@ -67,6 +67,34 @@ def cost_to_target(rows: list[dict], target: float, key: str) -> tuple[float, bo
     return (x, True) if x is not None else (float(rows[-1][key]), False)
 
 
+def with_compute(rows: list[dict], prefill_ratio: float) -> list[dict]:
+    """The rows with cumulative `compute` (the rollouts' and scoring's tokens, in decoded-token
+    units: a prefilled token costs `prefill_ratio`), `rollout_compute` and `selection_compute`
+    (selection/compute.py). Rows of an arm saved before tokens were counted stay as they are.
+
+    >>> r = with_compute([{"step": 1, "rollout_decoded": 100, "rollout_prefilled": 50,
+    ...                    "select_decoded": 0, "select_prefilled": 40}], 0.25)[0]
+    >>> r["rollout_compute"], r["selection_compute"], r["compute"]
+    (112.5, 10.0, 122.5)
+    """
+    if not rows or "rollout_decoded" not in rows[-1]:
+        return rows
+    out = []
+    for r in rows:
+        roll = r.get("rollout_decoded", 0) + prefill_ratio * r.get("rollout_prefilled", 0)
+        sel = r.get("select_decoded", 0) + prefill_ratio * r.get("select_prefilled", 0)
+        out.append(r | {"rollout_compute": roll, "selection_compute": sel, "compute": roll + sel})
+    return out
+
+
+def selection_share(rows: list[dict]) -> float | None:
+    """Scoring's compute over the rollouts' by the end of the run (None: not counted)."""
+    last = rows[-1]
+    if "compute" not in last or not last["rollout_compute"]:
+        return None
+    return last["selection_compute"] / last["rollout_compute"]
+
+
 def ratio_of_means(num: list[float], den: list[float], boots: int = 2000, seed: int = 0) -> dict:
     """mean(num) / mean(den) as {'mean', 'std', 'n'}; std from a bootstrap that resamples the
     seeds of each side independently (a ratio of means, not a mean of per-seed ratios, which

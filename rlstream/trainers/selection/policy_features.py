@@ -25,6 +25,7 @@ from rlstream.trainers.envs import Prompt
 from rlstream.trainers.lm import EOS
 from rlstream.trainers.policy import Policy
 from rlstream.trainers.sampling import sample
+from rlstream.trainers.selection.compute import Compute
 from rlstream.trainers.selection.features import (
     CachedFeaturizer,
     ConcatFeaturizer,
@@ -58,12 +59,17 @@ def hidden_size(policy: Policy) -> int:
 
 
 @torch.no_grad()
-def last_token_hidden(policy: Policy, prompts: list[Prompt]) -> np.ndarray:
+def last_token_hidden(
+    policy: Policy, prompts: list[Prompt], cost: Compute | None = None
+) -> np.ndarray:
     """(N, hidden): the policy's last hidden state at each prompt's last token, as the policy
-    sees the prompt (its chat template, if it has one). Prompts of one length share a pass."""
+    sees the prompt (its chat template, if it has one). Prompts of one length share a pass;
+    `cost` counts the prompt tokens read."""
     m, tok = policy.model, policy.tok
     out = np.zeros((len(prompts), hidden_size(policy)), np.float32)
     enc = tok.encode_prompts([p.text for p in prompts])
+    if cost is not None:
+        cost.add(prefilled=sum(min(len(e), m.block_size) for e in enc))
     by_len: dict[int, list[int]] = defaultdict(list)
     for i, e in enumerate(enc):
         by_len[min(len(e), m.block_size)].append(i)
@@ -77,12 +83,17 @@ def last_token_hidden(policy: Policy, prompts: list[Prompt]) -> np.ndarray:
 
 
 @torch.no_grad()
-def greedy_confidence(policy: Policy, prompts: list[Prompt], max_new_tokens: int) -> np.ndarray:
+def greedy_confidence(
+    policy: Policy, prompts: list[Prompt], max_new_tokens: int, cost: Compute | None = None
+) -> np.ndarray:
     """(N, 3): the policy's probability of its own greedy answer, its mean and min token log-prob.
 
     One greedy decode, no reference answer and no verifier: a confident policy gives a group
-    that is all the same (all right or all wrong), an unsure one a mixed, informative group."""
+    that is all the same (all right or all wrong), an unsure one a mixed, informative group.
+    `cost` counts its prompt tokens and the tokens it decodes."""
     s = sample(policy.model, policy.tok, [p.text for p in prompts], 1, max_new_tokens, 0.0)
+    if cost is not None:
+        cost.add_samples(s)
     out = np.zeros((len(prompts), 3), np.float32)
     for i, lp in enumerate(s.logprobs):
         lp = np.asarray(lp or [0.0])
@@ -92,7 +103,11 @@ def greedy_confidence(policy: Policy, prompts: list[Prompt], max_new_tokens: int
 
 @torch.no_grad()
 def reference_likelihood(
-    policy: Policy, prompts: list[Prompt], temperature: float, max_new_tokens: int
+    policy: Policy,
+    prompts: list[Prompt],
+    temperature: float,
+    max_new_tokens: int,
+    cost: Compute | None = None,
 ) -> np.ndarray:
     """(N, 3): the policy's probability of the reference answer and its stop token at the
     rollout temperature, that log-probability / 8, and the least likely token's log-prob / 4.
@@ -111,6 +126,8 @@ def reference_likelihood(
     for i, e in enumerate(enc):
         if answer_len[i] <= max_new_tokens and len(e) <= m.block_size + 1:
             by_len[len(e)].append(i)
+    if cost is not None:
+        cost.add(prefilled=sum(length * len(idx) for length, idx in by_len.items()))
     for length, idx in by_len.items():
         x = torch.tensor([enc[i] for i in idx])
         n_ans = torch.tensor([answer_len[i] for i in idx])
@@ -156,8 +173,10 @@ def make_policy_ppm_sampler(
     `embedder` (default `static_featurizer(features)`) gives the prompt vectors picks are
     spread over and neighbours are found by; `neighbourhood` (default in memory) answers the
     neighbourhood pass rates in that space (the streaming scheduler's reads its Qdrant).
-    `pseudo_count`, `zero_shot`: the PPM's (PPMArgs)."""
+    `pseudo_count`, `zero_shot`: the PPM's (PPMArgs). What scoring reads of the policy is
+    counted in `sampler.compute` (`selection/compute.py`; static features cost no policy)."""
     T, n_new = temperature, max_new_tokens
+    cost = Compute()
     embedder = embedder or static_featurizer(features)
 
     def part(name: str):
@@ -174,18 +193,20 @@ def make_policy_ppm_sampler(
             return CachedFeaturizer(MiniLMFeaturizer())
         if name == "reference":
             return HiddenStateFeaturizer(
-                lambda ps: reference_likelihood(policy(), ps, T, n_new), 3, base=0
+                lambda ps: reference_likelihood(policy(), ps, T, n_new, cost), 3, base=0
             )
         if name == "confidence":
             return HiddenStateFeaturizer(
-                lambda ps: greedy_confidence(policy(), ps, n_new), 3, base=0
+                lambda ps: greedy_confidence(policy(), ps, n_new, cost), 3, base=0
             )
-        return HiddenStateFeaturizer(lambda ps: last_token_hidden(policy(), ps),
+        return HiddenStateFeaturizer(lambda ps: last_token_hidden(policy(), ps, cost),
                                      hidden_size(policy()))  # fmt: skip
 
     parts = [part(f) for f in features]
     ppm = PromptPredictiveModel(PPMArgs(seed=seed, pseudo_count=pseudo_count, zero_shot=zero_shot),
                                 featurizer=ConcatFeaturizer(parts),
                                 neighbourhood=neighbourhood, keys=embedder)  # fmt: skip
-    return PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=embedder(pool),
-                             embedder=embedder)  # fmt: skip
+    sampler = PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=embedder(pool),
+                                embedder=embedder)  # fmt: skip
+    sampler.compute = cost
+    return sampler

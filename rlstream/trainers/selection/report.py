@@ -220,6 +220,37 @@ def final_target_table(name: str, fig: dict) -> Table:
     return t
 
 
+def compute_table(name: str, fig: dict) -> Table:
+    """Compute to each target, scoring's generations counted with the rollouts'
+    (selection/compute.py): what a sampler's predictor costs is charged to it."""
+    r = fig["prefill_ratio"]
+    t = Table(
+        title=f"pool '{name}': compute to target, in decoded-token units (a prefilled token "
+        f"= {r['median']:.3f}, measured {r['min']:.3f}-{r['max']:.3f}); thousands"
+    )
+    cols = ("sampler", "selection / rollout compute", "to target", "speedup vs uniform",
+            "to uniform's final", "speedup vs uniform ")  # fmt: skip
+    for c in cols:
+        t.add_column(c, justify="left" if c == "sampler" else "right")
+    for s, f in fig["samplers"].items():
+        g = f.get("to_uniform_final") or {}
+        t.add_row(
+            s,
+            _ms(f["selection_compute_share"], pct=True),
+            _ms(_scaled(f["compute_to_target"], 1e-3), digits=0),
+            _ms(f["compute_speedup_vs_uniform"]),
+            _ms(_scaled(g.get("compute"), 1e-3), digits=0),
+            _ms(g.get("compute_speedup_vs_uniform")),
+        )
+    return t
+
+
+def _scaled(d: dict | None, k: float) -> dict | None:
+    if d is None or d.get("mean") is None:
+        return d
+    return d | {"mean": d["mean"] * k, "std": d["std"] * k}
+
+
 def family_table(name: str, fig: dict) -> Table:
     fams = list(fig["samplers"]["uniform"]["final_by_family"])
     t = Table(title=f"pool '{name}': final greedy accuracy per family (Δ vs uniform)")
@@ -256,6 +287,8 @@ def print_tables(summary: dict, seeds: int) -> None:
             con.print(f"[yellow]{name}: {fig['target_note']}[/]")
         else:
             con.print(final_target_table(name, fig))
+        if "prefill_ratio" in fig:
+            con.print(compute_table(name, fig))
         con.print(family_table(name, fig))
         if fig["floors"]:
             con.print(floors_table(name, fig))
