@@ -110,6 +110,12 @@ class SelectionConfig:
     starts from a random network (features without such an estimate, minilm, text, hidden,
     always do)"""
 
+    ppm_refresh_every: int = 1
+    """policy versions the ppm sampler keeps a prompt's policy features (hidden state,
+    confidence) for before reading the policy again: 1 recomputes them after every update;
+    more spends less of the policy's compute on scoring (`selection_compute_share` in the
+    run's summary) on staler features"""
+
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the
     posterior predictive probability that its group of G is informative, in closed form: a
@@ -141,6 +147,7 @@ class SelectionConfig:
     def __post_init__(self):
         at_least("selection", "ppm_candidates", self.ppm_candidates, 1)
         at_least("selection", "curriculum_window", self.curriculum_window, 1)
+        at_least("selection", "ppm_refresh_every", self.ppm_refresh_every, 1)
         if not 0 <= self.curriculum <= 1:
             raise ConfigError(f"selection.curriculum: {self.curriculum}; a success rate in "
                               "[0, 1] (0: off)")  # fmt: skip

@@ -233,7 +233,7 @@ class Scheduler:
         if ppm is not None:
             if self.follower is not None and self.follower.policy.version != self.featured_version:
                 with self.clock.part("features"):
-                    ppm.refresh_features()
+                    ppm.refresh_features(self.follower.policy.version)
                 self.featured_version = self.follower.policy.version
             if ppm.policy_version > self.fitted_at:
                 with self.clock.part("fit"):

@@ -79,3 +79,37 @@ def test_bench_args_write_steps_and_task_into_the_shared_config():
     b = BenchArgs(samplers="uniform,ppm", steps=7, task="add")
     assert b.train.rl.steps == 7 and b.train.data.tasks == "add"
     assert b.train.pretrain.max_steps == 1000 and isinstance(b.train, Config)
+
+
+@torch.no_grad()
+def test_scoring_counts_the_policy_tokens_it_reads_and_keeps_them_refresh_every_versions():
+    from rlstream.config import with_values
+    from rlstream.trainers.selection.compute import Compute, measure_prefill_ratio
+    from rlstream.trainers.selection.policy_features import greedy_confidence, last_token_hidden
+    from rlstream.trainers.selection.registry import build_sampler, policy_moved
+
+    torch.manual_seed(0)
+    policy = build_policy(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=32))
+    prompts = [make_prompt("add", f"{a}+{b}=", str(a + b), 1) for a in range(4) for b in (7, 12)]
+    lengths = [len(e) for e in policy.tok.encode_prompts([p.text for p in prompts])]
+    cost = Compute()
+    last_token_hidden(policy, prompts, cost)
+    assert cost.as_dict() == {"decoded": 0, "prefilled": sum(lengths)}  # one pass, no decode
+    greedy_confidence(policy, prompts, 6, cost)
+    assert cost.prefilled == 2 * sum(lengths) and 0 < cost.decoded <= 6 * len(prompts)
+    ratio, detail = measure_prefill_ratio(policy, [p.text for p in prompts], 4, repeats=1)
+    assert ratio > 0 and detail["prompts"] == len(prompts)
+    # through the sampler: the hidden PPM reads the policy again only every 3 versions
+    cfg = with_values(load_config(None, ["selection.ppm_features=hidden"]),
+                      **{"selection.ppm_refresh_every": 3, "selection.ppm_candidates": 8})  # fmt: skip
+    sampler = build_sampler(cfg, prompts, lambda: policy)
+    spent = []
+    for step in range(6):
+        sampler.select(step, 4)
+        spent.append(sampler.compute.prefilled)
+        policy_moved(sampler)
+    new = [b - a for a, b in zip([0, *spent], spent, strict=False)]
+    # every step scores all 8 prompts: read at versions 0 and 3, from the cache in between
+    assert new == [sum(lengths), 0, 0, sum(lengths), 0, 0]
+    with pytest.raises(ConfigError, match="ppm_refresh_every"):
+        load_config(None, ["selection.ppm_refresh_every=0"])

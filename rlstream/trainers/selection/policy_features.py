@@ -166,6 +166,7 @@ def make_policy_ppm_sampler(
     embedder: Featurizer | None = None,
     pseudo_count: float = 0.0,
     zero_shot: bool = True,
+    refresh_every: int = 1,
 ) -> PredictiveSampler:
     """The PPM sampler reading `features` (of `policy()`, called at every scoring, so it can
     return a newer policy each time; call `sampler.ppm.refresh_features()` when it changes).
@@ -173,8 +174,9 @@ def make_policy_ppm_sampler(
     `embedder` (default `static_featurizer(features)`) gives the prompt vectors picks are
     spread over and neighbours are found by; `neighbourhood` (default in memory) answers the
     neighbourhood pass rates in that space (the streaming scheduler's reads its Qdrant).
-    `pseudo_count`, `zero_shot`: the PPM's (PPMArgs). What scoring reads of the policy is
-    counted in `sampler.compute` (`selection/compute.py`; static features cost no policy)."""
+    `pseudo_count`, `zero_shot`, `refresh_every`: the PPM's (PPMArgs). What scoring reads of
+    the policy is counted in `sampler.compute` (`selection/compute.py`; static features cost
+    no policy)."""
     T, n_new = temperature, max_new_tokens
     cost = Compute()
     embedder = embedder or static_featurizer(features)
@@ -203,7 +205,8 @@ def make_policy_ppm_sampler(
                                      hidden_size(policy()))  # fmt: skip
 
     parts = [part(f) for f in features]
-    ppm = PromptPredictiveModel(PPMArgs(seed=seed, pseudo_count=pseudo_count, zero_shot=zero_shot),
+    ppm = PromptPredictiveModel(PPMArgs(seed=seed, pseudo_count=pseudo_count, zero_shot=zero_shot,
+                                        refresh_every=refresh_every),
                                 featurizer=ConcatFeaturizer(parts),
                                 neighbourhood=neighbourhood, keys=embedder)  # fmt: skip
     sampler = PredictiveSampler(pool, seed, args=args, ppm=ppm, embeddings=embedder(pool),

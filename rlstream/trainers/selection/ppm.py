@@ -172,6 +172,10 @@ class PPMArgs:
     alone has Pearson r 0.76 with 16-sample pass rates, and a first batch picked by it wastes
     0.24 of its rollouts where a random one wastes 0.59 (benchmarks/ppm_features_probe.py);
     on the selection bench the first batch wasted a quarter to three fifths less on every pool"""
+    refresh_every: int = 1
+    """policy versions a prompt's policy features are kept for: they are recomputed once the
+    policy has moved this many versions since the cache was last cleared (1: after every
+    update). Larger spends less of the policy's compute on scoring, on staler features"""
     int8_scoring: bool = False
     """score with an INT8 dynamically quantized copy (refreshed after each fit)"""
     seed: int = 0
@@ -219,6 +223,7 @@ class PromptPredictiveModel:
         self.x, self.s, self.n, self.ver = [], [], [], []  # the observation buffer
         self.policy_version, self.version = 0, 0  # observe() calls, fit() calls
         self._cache: dict[str, np.ndarray] = {}
+        self._moves = self._featured_at = 0  # policy versions seen, and at the last clear
         self._int8: nn.Module | None = None
 
     def embed(self, prompts: list[Prompt]) -> np.ndarray:
@@ -233,9 +238,13 @@ class PromptPredictiveModel:
         """The vectors the neighbourhood is searched by."""
         return self.embed(prompts) if self.keys is None else self.keys(prompts)
 
-    def refresh_features(self) -> None:
-        """Forget cached featurizer outputs: needed when they read the policy and it moved."""
-        self._cache.clear()
+    def refresh_features(self, version: int | None = None) -> None:
+        """The policy moved (to `version`, else by one): forget the cached featurizer outputs
+        once it is `refresh_every` versions past the policy they read."""
+        self._moves = self._moves + 1 if version is None else version
+        if self._moves - self._featured_at >= self.args.refresh_every:
+            self._cache.clear()
+            self._featured_at = self._moves
 
     def features(self, prompts: list[Prompt]) -> np.ndarray:
         """Model inputs (N, in_dim): embedding + history features as of now."""

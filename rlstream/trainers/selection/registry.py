@@ -78,7 +78,8 @@ def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder,
                                       pseudo_count=tuning["pseudo_count"],
-                                      zero_shot=sel.ppm_zero_shot)  # fmt: skip
+                                      zero_shot=sel.ppm_zero_shot,
+                                      refresh_every=sel.ppm_refresh_every)  # fmt: skip
     sampler.reads_policy = reads_policy(features)
     return sampler
 
