@@ -83,7 +83,6 @@ def test_bench_args_write_steps_and_task_into_the_shared_config():
 
 @torch.no_grad()
 def test_scoring_counts_the_policy_tokens_it_reads_and_keeps_them_refresh_every_versions():
-    from rlstream.config import with_values
     from rlstream.trainers.selection.compute import Compute, measure_prefill_ratio
     from rlstream.trainers.selection.policy_features import greedy_confidence, last_token_hidden
     from rlstream.trainers.selection.registry import build_sampler, policy_moved
@@ -100,8 +99,8 @@ def test_scoring_counts_the_policy_tokens_it_reads_and_keeps_them_refresh_every_
     ratio, detail = measure_prefill_ratio(policy, [p.text for p in prompts], 4, repeats=1)
     assert ratio > 0 and detail["prompts"] == len(prompts)
     # through the sampler: the hidden PPM reads the policy again only every 3 versions
-    cfg = with_values(load_config(None, ["selection.ppm_features=hidden"]),
-                      **{"selection.ppm_refresh_every": 3, "selection.ppm_candidates": 8})  # fmt: skip
+    cfg = load_config(None, ["selection.ppm_features=hidden", "selection.ppm_refresh_every=3",
+                             "selection.ppm_candidates=8"])  # fmt: skip
     sampler = build_sampler(cfg, prompts, lambda: policy)
     spent = []
     for step in range(6):
