@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from rlstream.config.checks import ConfigError, at_least, choice
 from rlstream.registry import SELECTION_SAMPLERS
 
-PPM_FEATURES = ("minilm", "text", "hidden", "confidence", "reference")
+PPM_FEATURES = ("minilm", "text", "hidden", "prefill", "confidence", "reference")
 AUTO_FEATURES = {"cot": "confidence", "direct": "confidence"}
 """selection.ppm_features=auto by data.format: the best reference-free set the selection bench
 measured for each (docs/selection-benchmark.md). The probability of the policy's own greedy

@@ -112,3 +112,24 @@ def test_scoring_counts_the_policy_tokens_it_reads_and_keeps_them_refresh_every_
     assert new == [sum(lengths), 0, 0, sum(lengths), 0, 0]
     with pytest.raises(ConfigError, match="ppm_refresh_every"):
         load_config(None, ["selection.ppm_refresh_every=0"])
+
+
+@torch.no_grad()
+def test_prefill_features_are_the_first_answer_tokens_distribution_from_one_pass():
+    from rlstream.trainers.selection.compute import Compute
+    from rlstream.trainers.selection.policy_features import last_token_hidden, prefill_features
+
+    torch.manual_seed(0)
+    policy = build_policy(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=32))
+    pairs = [(a, b) for a in (1, 22, 333) for b in (4, 55)]
+    prompts = [make_prompt("add", f"{a}+{b}=", str(a + b), 1) for a, b in pairs]
+    cost = Compute()
+    got = prefill_features(policy, prompts, cost)
+    assert got.shape == (6, 2 + 32) and cost.decoded == 0  # one pass, nothing decoded
+    np.testing.assert_allclose(got[:, 2:], last_token_hidden(policy, prompts), rtol=1e-5)
+    for i, p in enumerate(prompts):  # each prompt alone, unbatched
+        x = torch.tensor([policy.tok.encode_prompts([p.text])[0]])
+        probs = policy.model.lm(input_ids=x).logits[0, -1].softmax(-1)
+        assert got[i, 0] == pytest.approx(float(probs.max()), rel=1e-4)
+        entropy = float(-(probs * probs.log()).sum() / np.log(len(probs)))
+        assert got[i, 1] == pytest.approx(entropy, rel=1e-4)

@@ -6,6 +6,8 @@ answer.
 - `minilm`: all-MiniLM-L6-v2 sentence embedding of the prompt text (computed once per prompt);
 - `text`: hashed character n-grams and digit/operator counts (computed once per prompt);
 - `hidden`: the policy's last hidden state at the prompt's last token (no answer, no sampling);
+- `prefill`: that pass's next-token distribution too (its likeliest first token's probability,
+  its entropy) and the hidden state: one forward pass, no decoding;
 - `confidence`: its probability of its own greedy answer (one greedy decode).
 The labelled variant that reads the reference answer:
 - `reference`: the policy's probability of the prompt's reference answer at the rollout
@@ -59,14 +61,11 @@ def hidden_size(policy: Policy) -> int:
 
 
 @torch.no_grad()
-def last_token_hidden(
-    policy: Policy, prompts: list[Prompt], cost: Compute | None = None
-) -> np.ndarray:
-    """(N, hidden): the policy's last hidden state at each prompt's last token, as the policy
-    sees the prompt (its chat template, if it has one). Prompts of one length share a pass;
-    `cost` counts the prompt tokens read."""
+def _prompt_pass(policy: Policy, prompts: list[Prompt], cost: Compute | None):
+    """One forward pass over each prompt, as the policy sees it (its chat template, if any):
+    ((N, hidden) last hidden state at the last token, (N, vocab) next-token log-probabilities
+    there). Prompts of one length share a pass; `cost` counts the prompt tokens read."""
     m, tok = policy.model, policy.tok
-    out = np.zeros((len(prompts), hidden_size(policy)), np.float32)
     enc = tok.encode_prompts([p.text for p in prompts])
     if cost is not None:
         cost.add(prefilled=sum(min(len(e), m.block_size) for e in enc))
@@ -74,12 +73,41 @@ def last_token_hidden(
     for i, e in enumerate(enc):
         by_len[min(len(e), m.block_size)].append(i)
     device = next(m.parameters()).device
+    hidden = logp = None
     for length, idx in by_len.items():
         x = torch.tensor([enc[i][-length:] for i in idx], device=device)
-        out_ = m.lm(input_ids=x, attention_mask=torch.ones_like(x), output_hidden_states=True)
-        h = out_.hidden_states[-1]  # (n, T, C)
-        out[idx] = h[:, -1].float().cpu().numpy()
-    return out
+        out = m.lm(input_ids=x, attention_mask=torch.ones_like(x), output_hidden_states=True,
+                   logits_to_keep=1)  # fmt: skip
+        h, lp = out.hidden_states[-1][:, -1].float(), out.logits[:, -1].float().log_softmax(-1)
+        if hidden is None:
+            hidden = np.zeros((len(prompts), h.shape[-1]), np.float32)
+            logp = np.zeros((len(prompts), lp.shape[-1]), np.float32)
+        hidden[idx], logp[idx] = h.cpu().numpy(), lp.cpu().numpy()
+    if hidden is None:
+        return np.zeros((0, hidden_size(policy)), np.float32), None
+    return hidden, logp
+
+
+def last_token_hidden(
+    policy: Policy, prompts: list[Prompt], cost: Compute | None = None
+) -> np.ndarray:
+    """(N, hidden): the policy's last hidden state at each prompt's last token."""
+    return _prompt_pass(policy, prompts, cost)[0]
+
+
+def prefill_features(
+    policy: Policy, prompts: list[Prompt], cost: Compute | None = None
+) -> np.ndarray:
+    """(N, 2 + hidden), from the one forward pass a `hidden` featurizer takes, no decoding: the
+    probability of the policy's likeliest first answer token, that distribution's entropy
+    over log(vocab), and the last hidden state. The first column is a pass-rate estimate of
+    sorts (a policy unsure how to start is unsure of the answer) the PPM starts from."""
+    hidden, logp = _prompt_pass(policy, prompts, cost)
+    if logp is None:
+        return np.zeros((0, 2 + hidden.shape[1]), np.float32)
+    p = np.exp(logp)
+    entropy = -(p * logp).sum(-1) / np.log(logp.shape[-1])
+    return np.concatenate([p.max(-1, keepdims=True), entropy[:, None], hidden], 1)
 
 
 @torch.no_grad()
@@ -201,6 +229,9 @@ def make_policy_ppm_sampler(
             return HiddenStateFeaturizer(
                 lambda ps: greedy_confidence(policy(), ps, n_new, cost), 3, base=0
             )
+        if name == "prefill":
+            return HiddenStateFeaturizer(lambda ps: prefill_features(policy(), ps, cost),
+                                         2 + hidden_size(policy()), base=0)  # fmt: skip
         return HiddenStateFeaturizer(lambda ps: last_token_hidden(policy(), ps, cost),
                                      hidden_size(policy()))  # fmt: skip
 
