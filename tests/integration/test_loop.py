@@ -451,6 +451,8 @@ def test_the_ppm_scheduler_records_every_decision_and_reads_no_answer(loop_run):
     share = figures["selection_compute"] / figures["rollout_compute"]
     assert figures["selection_compute_share"] == pytest.approx(share, abs=1e-4) and share > 0
     assert 0 < figures["cpu_share_of_cores_rl"]["scheduler"] <= 1
+    if figures["final_accuracy"] > figures["pretrain_accuracy"]:  # RL gained: its 90% mark
+        assert 0 < figures["rl_s_to_90pct_mark"] <= figures["wall_s"]
 
 
 def test_eval_results_arrive(loop_run):

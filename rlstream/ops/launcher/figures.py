@@ -66,6 +66,39 @@ def scheduler_figures(evals: list[dict]) -> dict:
     }
 
 
+def time_to_mark(evals: list[dict], share: float = 0.9) -> dict:
+    """RL wall clock to the run's own mark: seconds from the evaluation that opened RL (step 0,
+    the pre-trained policy) until held-out greedy accuracy first reached the start plus
+    `share` of the run's whole gain, interpolated between evaluations; what a sampler that
+    picks better prompts shortens, its own compute included. {} without a gain.
+
+    >>> from datetime import datetime, timedelta
+    >>> t0 = datetime(2026, 1, 1)
+    >>> rows = [{"task": "all", "metric": "greedy", "step": s, "value": v,
+    ...          "produced_at": t0 + timedelta(seconds=10 * s)}
+    ...         for s, v in [(0, 0.2), (5, 0.6), (10, 0.9), (15, 1.0)]]
+    >>> time_to_mark(rows)  # the mark 0.2 + 0.9 x 0.8 = 0.92: a fifth of the way from step 10
+    {'rl_s_to_90pct_mark': 110.0, 'rl_step_at_90pct_mark': 11.0, 'mark_accuracy': 0.92}
+    """
+    greedy = sorted((r for r in evals if r["task"] == "all" and r["metric"] == "greedy"),
+                    key=lambda r: (r["step"], r["produced_at"]))  # fmt: skip
+    if len(greedy) < 2 or greedy[-1]["value"] <= greedy[0]["value"]:
+        return {}
+    start, mark = greedy[0], greedy[0]["value"] + share * (greedy[-1]["value"] - greedy[0]["value"])
+    prev = start
+    for r in greedy[1:]:
+        if r["value"] >= mark:
+            f = (mark - prev["value"]) / (r["value"] - prev["value"])
+            at = prev["produced_at"] + f * (r["produced_at"] - prev["produced_at"])
+            return {f"rl_s_to_{round(share * 100)}pct_mark": round(
+                        (at - start["produced_at"]).total_seconds(), 1),
+                    f"rl_step_at_{round(share * 100)}pct_mark": round(
+                        prev["step"] + f * (r["step"] - prev["step"]), 1),
+                    "mark_accuracy": round(mark, 4)}  # fmt: skip
+        prev = r
+    return {}
+
+
 def selection_compute(summary: dict) -> dict:
     """Scoring's compute against the rollouts' (`trainers/selection/compute.py`: decoded-token
     units, a prefilled token at the ratio the scheduler measured on the policy): the share of

@@ -24,6 +24,7 @@ from rlstream.ops.launcher.figures import (
     rl_rates,
     scheduler_figures,
     selection_compute,
+    time_to_mark,
 )
 from rlstream.ops.launcher.live import LIVE_FILE, LiveFile, resource_figures, server_pids
 from rlstream.ops.launcher.seeding import seed_topics, with_dataset
@@ -157,7 +158,7 @@ def run_loop(
             | scheduler_figures(watcher.view.evals)
         )
         summary |= resource_figures(live.trace, summary.get("checkpoint_sizes", []))
-        summary |= selection_compute(summary)
+        summary |= selection_compute(summary) | time_to_mark(watcher.view.evals)
         if scaling is not None:  # when the rollout workers were added and retired, and why
             summary |= scaling.figures()
         report = write_report(out, summary, watcher.view)
