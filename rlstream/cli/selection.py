@@ -48,7 +48,8 @@ def register(bench_app: typer.Typer) -> None:
         late_extra: str = typer.Option(None, help="out-of-reach family of the late pool"),
         late_rl_lr: float = typer.Option(None, help="RL learning rate of the late pool's arms"),
         ppm_features: str = typer.Option(
-            None, help="PPM featurizers of the ppm arm: minilm,text,hidden,confidence,reference"
+            None,
+            help="PPM featurizers of the ppm arm: minilm,text,hidden,prefill,confidence,reference",
         ),
         pretrain_steps: int = typer.Option(None, help="pre-training step cap"),
         corpus_docs: int = typer.Option(None, help="pre-training documents"),

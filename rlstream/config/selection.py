@@ -69,7 +69,8 @@ class SelectionConfig:
     """what the ppm sampler's predictive model reads besides the shared history (attempts,
     successes, version gap, neighbourhood pass rates), comma-separated: minilm (a sentence
     embedding of the prompt), text (char n-grams), hidden (the policy's last hidden state at
-    the prompt), confidence (its probability of its own greedy answer, one greedy decode) —
+    the prompt), prefill (that pass's first-answer-token distribution too; no decoding),
+    confidence (its probability of its own greedy answer, one greedy decode) —
     none reads an answer — or reference (its probability of the reference answer: a labelled
     variant). auto: the best reference-free set the selection bench measured for the data's
     answer format (AUTO_FEATURES): confidence, with or without a chain of
