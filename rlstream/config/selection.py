@@ -117,6 +117,12 @@ class SelectionConfig:
     more spends less of the policy's compute on scoring (`selection_compute_share` in the
     run's summary) on staler features"""
 
+    ppm_confidence_tokens: int = 0
+    """how many tokens the confidence featurizer's greedy decode runs to (its feature: the
+    probability of that prefix of the policy's greedy answer): fewer cost less scoring, a
+    chain of thought's first steps standing for the whole; 0: rl.max_new_tokens (the whole
+    answer)"""
+
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the
     posterior predictive probability that its group of G is informative, in closed form: a
@@ -149,6 +155,7 @@ class SelectionConfig:
         at_least("selection", "ppm_candidates", self.ppm_candidates, 1)
         at_least("selection", "curriculum_window", self.curriculum_window, 1)
         at_least("selection", "ppm_refresh_every", self.ppm_refresh_every, 1)
+        at_least("selection", "ppm_confidence_tokens", self.ppm_confidence_tokens, 0)
         if not 0 <= self.curriculum <= 1:
             raise ConfigError(f"selection.curriculum: {self.curriculum}; a success rate in "
                               "[0, 1] (0: off)")  # fmt: skip

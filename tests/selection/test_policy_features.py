@@ -110,6 +110,12 @@ def test_scoring_counts_the_policy_tokens_it_reads_and_keeps_them_refresh_every_
     new = [b - a for a, b in zip([0, *spent], spent, strict=False)]
     # every step scores all 8 prompts: read at versions 0 and 3, from the cache in between
     assert new == [sum(lengths), 0, 0, sum(lengths), 0, 0]
+    # the confidence decode stops where selection.ppm_confidence_tokens says
+    cfg = load_config(None, ["selection.ppm_features=confidence", "selection.ppm_candidates=8",
+                             "selection.ppm_confidence_tokens=2"])  # fmt: skip
+    sampler = build_sampler(cfg, prompts, lambda: policy)
+    sampler.select(0, 4)
+    assert 0 < sampler.compute.decoded <= 2 * len(prompts)
     with pytest.raises(ConfigError, match="ppm_refresh_every"):
         load_config(None, ["selection.ppm_refresh_every=0"])
 

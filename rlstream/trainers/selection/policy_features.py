@@ -195,6 +195,7 @@ def make_policy_ppm_sampler(
     pseudo_count: float = 0.0,
     zero_shot: bool = True,
     refresh_every: int = 1,
+    confidence_tokens: int = 0,
 ) -> PredictiveSampler:
     """The PPM sampler reading `features` (of `policy()`, called at every scoring, so it can
     return a newer policy each time; call `sampler.ppm.refresh_features()` when it changes).
@@ -202,9 +203,10 @@ def make_policy_ppm_sampler(
     `embedder` (default `static_featurizer(features)`) gives the prompt vectors picks are
     spread over and neighbours are found by; `neighbourhood` (default in memory) answers the
     neighbourhood pass rates in that space (the streaming scheduler's reads its Qdrant).
-    `pseudo_count`, `zero_shot`, `refresh_every`: the PPM's (PPMArgs). What scoring reads of
-    the policy is counted in `sampler.compute` (`selection/compute.py`; static features cost
-    no policy)."""
+    `pseudo_count`, `zero_shot`, `refresh_every`: the PPM's (PPMArgs); `confidence_tokens`:
+    how far the `confidence` featurizer decodes (0: max_new_tokens, the whole answer). What
+    scoring reads of the policy is counted in `sampler.compute` (`selection/compute.py`;
+    static features cost no policy)."""
     T, n_new = temperature, max_new_tokens
     cost = Compute()
     embedder = embedder or static_featurizer(features)
@@ -227,7 +229,9 @@ def make_policy_ppm_sampler(
             )
         if name == "confidence":
             return HiddenStateFeaturizer(
-                lambda ps: greedy_confidence(policy(), ps, n_new, cost), 3, base=0
+                lambda ps: greedy_confidence(policy(), ps, confidence_tokens or n_new, cost),
+                3,
+                base=0,
             )
         if name == "prefill":
             return HiddenStateFeaturizer(lambda ps: prefill_features(policy(), ps, cost),

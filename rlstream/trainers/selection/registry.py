@@ -79,7 +79,8 @@ def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
                                       neighbourhood=neighbourhood, embedder=embedder,
                                       pseudo_count=tuning["pseudo_count"],
                                       zero_shot=sel.ppm_zero_shot,
-                                      refresh_every=sel.ppm_refresh_every)  # fmt: skip
+                                      refresh_every=sel.ppm_refresh_every,
+                                      confidence_tokens=sel.ppm_confidence_tokens)  # fmt: skip
     sampler.reads_policy = reads_policy(features)
     return sampler
 
