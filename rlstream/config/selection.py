@@ -23,12 +23,23 @@ CoT pools, Pearson r 0.91 / 0.92 (0.81 / 0.83), wasted share 0.69x / 0.74x of un
 (0.88x), test-time compute saved 16% / 32% (0% / 0%). Kept per format: a format where another
 set wins can say so here."""
 FORMAT_TUNING = {
-    "cot": {"candidate_max": 512, "fill": "value", "explore_share": 0.05, "pseudo_count": 0.5},
-    "direct": {"candidate_max": 0, "fill": "rank", "explore_share": 0.0, "pseudo_count": 0.0},
-}
-"""The PPM sampler's screening, fill, explore share and fit pseudo-counts by data.format
-(where selection.ppm_candidates_max=0, ppm_fill=auto, ppm_explore_share and ppm_pseudo_count
-none): with a chain of thought the confidence PPM ranks well (r 0.93) and
+    "cot": {"candidate_max": 0, "fill": "value", "explore_share": 0.05, "pseudo_count": 0.5,
+            "confidence_tokens": 12},
+    "direct": {"candidate_max": 0, "fill": "rank", "explore_share": 0.0, "pseudo_count": 0.0,
+               "confidence_tokens": 0},
+}  # fmt: skip
+"""The PPM sampler's screening, fill, explore share, fit pseudo-counts and confidence decode by
+data.format (where selection.ppm_candidates_max=0, ppm_fill=auto, ppm_explore_share and
+ppm_pseudo_count none, ppm_confidence_tokens=0).
+With a chain of thought, counting scoring's compute (issue 40, docs/selection-benchmark.md):
+screening up to 512 candidates with a whole greedy solution each cost as much as the rollouts
+(100.8%), so the PPM got to uniform's final accuracy on 1.11x less compute than uniform (2
+seeds); the first 12 tokens of the greedy solution over 128 candidates cost 21.6% and got there
+on 1.60x less (steps 1.87x, 3 seeds), at the price of test-time allocation (13.2% saved
+against 25.7%) and waste (0.44 against 0.26 of rollouts): `--set
+selection.ppm_candidates_max=512 --set selection.ppm_confidence_tokens=48` restores the
+screen. Before that (rollouts alone counted): with a chain of thought the confidence PPM ranks
+well (r 0.93) and
 informative prompts grow scarce (uniform's zero-variance share 0.61-0.71), so it scores 128
 more candidates at a time, up to 512, while fewer than a batch reach the informative
 threshold, and fills a shortfall with the likeliest informative: wasted share 0.54x -> 0.37x
@@ -86,9 +97,8 @@ class SelectionConfig:
     """while fewer than a batch's predicted picks reach the informative threshold, the ppm
     sampler scores ppm_candidates more, up to this many (at most ppm_candidates: never more),
     so the scoring cost follows how scarce informative prompts are. 0: by the answer format
-    (FORMAT_TUNING: 512 with a chain of thought, where it took the wasted
-    share to 0.37x of uniform's; none beyond ppm_candidates for direct answers, where it cost
-    steps)"""
+    (FORMAT_TUNING: none beyond ppm_candidates; up to 512 with a chain of thought took the
+    wasted share to 0.37x of uniform's at a scoring cost equal to the rollouts')"""
     ppm_fill: str = "auto"
     """how the ppm sampler fills a batch when too few candidates reach the informative
     threshold: rank (as it ranks the informative ones, the hard side first), value (the
@@ -120,8 +130,8 @@ class SelectionConfig:
     ppm_confidence_tokens: int = 0
     """how many tokens the confidence featurizer's greedy decode runs to (its feature: the
     probability of that prefix of the policy's greedy answer): fewer cost less scoring, a
-    chain of thought's first steps standing for the whole; 0: rl.max_new_tokens (the whole
-    answer)"""
+    chain of thought's first steps standing for the whole; 0: by the answer format
+    (FORMAT_TUNING: 12 with a chain of thought, the whole answer with direct ones)"""
 
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the

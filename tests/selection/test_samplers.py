@@ -234,14 +234,19 @@ def test_args_reject_bad_settings_and_say_why(make, match):
 def test_build_sampler_takes_the_candidate_pool_from_the_config():
     from rlstream.config import Config, ConfigError, with_values
     from rlstream.trainers.selection.policy_features import tuned_args
-    from rlstream.trainers.selection.registry import build_sampler
+    from rlstream.trainers.selection.registry import build_sampler, format_tuning
 
     pool = synthetic_pool(20)
     cfg = with_values(Config(), **{"selection.ppm_features": "text"})
     assert build_sampler(cfg, pool, None).args.candidate_pool == 128
     # screening beyond them by answer format (auto), or as set
     cot = with_values(cfg, **{"data.format": "cot"})
-    assert build_sampler(cot, pool, None).args.candidate_max == 512
+    assert build_sampler(cot, pool, None).args.candidate_max == 0  # 128 scored, no screen
+    assert format_tuning(cot)["confidence_tokens"] == 12  # the solution's first 12 tokens
+    assert format_tuning(cfg)["confidence_tokens"] == 0  # the whole (direct) answer
+    assert format_tuning(with_values(cot, **{"selection.ppm_confidence_tokens": 48})) == (
+        format_tuning(cot) | {"confidence_tokens": 48}
+    )
     assert build_sampler(cot, pool, None).args.fill == "value"
     assert build_sampler(cfg, pool, None).args.candidate_max == 0  # direct answers
     assert build_sampler(cfg, pool, None).args.fill == "rank"

@@ -80,14 +80,15 @@ def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
                                       pseudo_count=tuning["pseudo_count"],
                                       zero_shot=sel.ppm_zero_shot,
                                       refresh_every=sel.ppm_refresh_every,
-                                      confidence_tokens=sel.ppm_confidence_tokens)  # fmt: skip
+                                      confidence_tokens=tuning["confidence_tokens"])  # fmt: skip
     sampler.reads_policy = reads_policy(features)
     return sampler
 
 
 def format_tuning(cfg) -> dict:
     """The PPM sampler's settings tuned by answer format (FORMAT_TUNING), each
-    replaced where cfg.selection sets it: candidate_max, fill, explore_share, pseudo_count."""
+    replaced where cfg.selection sets it: candidate_max, fill, explore_share, pseudo_count,
+    confidence_tokens."""
     from rlstream.config.selection import FORMAT_TUNING
 
     sel, auto = cfg.selection, FORMAT_TUNING[cfg.data.format]
@@ -96,6 +97,7 @@ def format_tuning(cfg) -> dict:
         "fill": None if sel.ppm_fill == "auto" else sel.ppm_fill,
         "explore_share": sel.ppm_explore_share,
         "pseudo_count": sel.ppm_pseudo_count,
+        "confidence_tokens": sel.ppm_confidence_tokens or None,
     }
     return {k: auto[k] if v is None else v for k, v in given.items()}
 
