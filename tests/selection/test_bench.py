@@ -93,7 +93,7 @@ def test_bench_records_invariants(tmp_path, cache_dir):
     assert pool["samplers"]["ppm"]["ppm_calibration_prompts"] > 0
     assert "compute_saved" in pool["samplers"]["ppm"]["allocation"]
     assert pool["samplers"]["ppm"]["score_records"] > 0
-    # candidates the PPM scored a step: 128, up to 512 while too few are informative (the
+    # candidates the PPM scored a step: 128, more only with selection.ppm_candidates_max (the
     # pool's 200 at most); the other samplers score none
     screened = [r["screened"] for r in t if r["sampler"] == "ppm" and r["step"] > 0]
     assert all(128 <= n <= 200 for n in screened), screened
