@@ -50,4 +50,6 @@ def test_every_start_of_the_group_syncs_rank_1_to_rank_0s_checkpoint(ranked_chao
     synced = re.findall(r"rank 1: synced at step (\d+)", (logs / "trainer-1.log").read_text())
     assert len(resumed) >= 2 and synced[0] == "0"
     assert synced[-len(resumed) :] == resumed  # each restart: rank 1 took rank 0's step
-    assert int(resumed[-1]) > int(resumed[0])  # the second restart resumed a later checkpoint
+    # never an older checkpoint (chaos injects the next fault one trained step after the last
+    # recovery, which on a loaded machine can come before the next checkpoint: the same one)
+    assert [int(s) for s in resumed] == sorted(int(s) for s in resumed)
