@@ -1,17 +1,64 @@
 """What the stream trainer checks before and after training a group: rows it cannot train on
 (dead-lettered with the reason), the window of event ids that keeps a redelivered group from
-being trained twice, the ledger of groups trained, and when an eval or checkpoint is due."""
+being trained twice, the ledger of groups trained, and when an eval or checkpoint is due.
+
+The trainer's ledger says what became of every group it consumed: trained (at which step),
+dropped as stale, filtered (zero variance), or taken but not trained when the run ended. Each
+checkpoint writes the entries since the previous one as `<run>/trainer/ledger/upto-NNNNNN.parquet`
+just before the checkpoint itself: a trainer killed in between resumes from the previous
+checkpoint, retrains the same steps and overwrites that part, so the ledger is exactly what the
+checkpointed model learned from (`rlstream chaos` audits a run against it)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+
+import pyarrow as pa
 
 from rlstream.schemas import DecodeError
 from rlstream.trainers.experience import RowLimits, row_problem
 
+LEDGER_SCHEMA = pa.schema([
+    ("request_id", pa.string()), ("outcome", pa.string()), ("rl_step", pa.int64()),
+    ("policy_version", pa.int64()), ("event_ids", pa.list_(pa.string())),
+])  # fmt: skip
+
+
+class EnvironmentBroken(RuntimeError):
+    """env.max_failed_groups groups in a row had an episode whose environment failed."""
+
+
+def check_environment(failed_in_a_row: Counter, limit: int) -> None:
+    """Raise EnvironmentBroken once `limit` groups in a row failed (0: never); the counter
+    holds the error kinds since the last good group."""
+    failed = sum(failed_in_a_row.values())
+    if limit and failed >= limit:
+        kinds = ", ".join(f"{k} {n}" for k, n in failed_in_a_row.most_common())
+        raise EnvironmentBroken(
+            f"{failed} groups in a row had an episode whose environment failed ({kinds}); "
+            "the dead letters on rl.dead_letters.v1 say why. Fix the environment, or raise "
+            "env.max_failed_groups (0: never stop)"
+        )
+
 
 def ledger_prefix(run_id: str) -> str:
     return f"{run_id}/trainer/ledger/"
+
+
+def ledger_entry(group: list[dict], outcome: str, rl_step: int) -> dict:
+    return {
+        "request_id": group[0]["request_id"],
+        "outcome": outcome,
+        "rl_step": rl_step,
+        "policy_version": group[0]["policy_version"],
+        "event_ids": [r["event_id"] for r in group],
+    }
+
+
+def write_ledger(store, run_id: str, rl_step: int, entries: list[dict]) -> None:
+    """The entries since the previous checkpoint, as the part that ends at `rl_step`."""
+    name = f"{ledger_prefix(run_id)}upto-{rl_step:06d}.parquet"
+    store.put_parquet(name, pa.Table.from_pylist(entries, LEDGER_SCHEMA))
 
 
 class UntrainableRow(DecodeError):

@@ -14,7 +14,7 @@ export` and the registry find them.
 The store keeps the newest `checkpoint.keep_policies` versions, version 0 and every
 `checkpoint.keep_policy_every`-th (`PolicyPruner`): kept whole, 920 soak steps of a 0.35M
 model stored 3 GB of versions, and a follower only ever loads the newest. A follower that was
-announced a version deleted before it loaded skips it for a newer one."""
+announced a version deleted before it loaded loads the newest announced one still stored."""
 
 from __future__ import annotations
 
@@ -192,12 +192,21 @@ class PolicyFollower:
         importing transformers' auto classes then (~4 s of CPU) delayed the first rollouts."""
         await asyncio.to_thread(preload)
         async for found in follow_run(self.endpoints, [POLICY_VERSIONS.topic], self.run_id):
-            rows = found.get(POLICY_VERSIONS.name, [])
-            newest = max(rows, key=lambda r: r["version"], default=None)
-            if newest and (self.policy is None or newest["version"] > self.policy.version):
-                await self._load(newest)
+            if found.get(POLICY_VERSIONS.name):
+                await self.offer(found[POLICY_VERSIONS.name])
 
-    async def _load(self, row: dict) -> None:
+    async def offer(self, rows: list[dict]) -> None:
+        """Load the newest version announced in `rows` that is newer than the loaded one; one
+        no longer stored gives way to the next older announced one. Waiting for a newer one
+        instead would wait forever where no trainer runs any more: the chaos suite's drain
+        starts rollout workers after the run, which read every announcement at once."""
+        current = -1 if self.policy is None else self.policy.version
+        newest = {r["version"]: r for r in rows if r["version"] > current}  # the last per version
+        for version in sorted(newest, reverse=True):
+            if await self._load(newest[version]):
+                return
+
+    async def _load(self, row: dict) -> bool:
         try:
             policy = await asyncio.to_thread(fetch_policy, self.store, row["checkpoint_uri"])
         except (FileNotFoundError, S3Error) as exc:
@@ -205,11 +214,11 @@ class PolicyFollower:
                 raise
             # pruned while announced (the trainer published newer ones meanwhile): the next
             # announcement names a newer version
-            log.info("policy version %d is no longer stored; waiting for a newer one",
-                     row["version"])  # fmt: skip
-            return
+            log.info("policy version %d is no longer stored", row["version"])
+            return False
         self.policy = policy
         self.loads += 1
         metrics.POLICY_VERSION.labels(self.role).set(self.policy.version)
         self.ready.set()
         log.info("loaded policy version %d", self.policy.version)
+        return True

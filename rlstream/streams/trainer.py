@@ -16,19 +16,14 @@ than `max_policy_lag` versions old are dropped and counted. Each update announce
 version (weights to S3, then the event); evaluations go to rl.eval_results.v1; verified-correct
 rollouts go back into rl.corpus.v1.
 
-The trainer's ledger says what became of every group it consumed: trained (at which step),
-dropped as stale, filtered (zero variance), or taken but not trained when the run ended. Each
-checkpoint writes the entries since the previous one as `<run>/trainer/ledger/upto-NNNNNN.parquet`
-just before the checkpoint itself: a trainer killed in between resumes from the previous
-checkpoint, retrains the same steps and overwrites that part, so the ledger is exactly what the
-checkpointed model learned from (`rlstream chaos` audits a run against it).
+The trainer's ledger says what became of every group it consumed (`experience_checks.py`),
+written with each checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import logging
 import os
@@ -38,7 +33,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import psutil
-import pyarrow as pa
 import torch
 
 from rlstream import metrics as prom
@@ -47,14 +41,17 @@ from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
-from rlstream.schemas import get, make_event_id, rows_to_batch
+from rlstream.schemas import get, rows_to_batch
 from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 from rlstream.streams.experience_checks import (
+    EnvironmentBroken,
     VersionWindow,
-    ledger_prefix,
+    check_environment,
+    ledger_entry,
+    write_ledger,
 )
 from rlstream.streams.policystore import PolicyPruner, SharedPolicies, publish_policy
-from rlstream.streams.trainer_data import eval_rows, load_dataset
+from rlstream.streams.trainer_data import eval_rows, metric_rows, wait_for_dataset
 from rlstream.streams.trainer_rl import rl
 from rlstream.streams.trainer_summary import summarize
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
@@ -67,22 +64,11 @@ from rlstream.trainers.ranks import RANK_ENV, Ranks
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
-CORPUS, EXPERIENCE, EVAL = get("corpus"), get("experience"), get("eval_results")
+EVAL = get("eval_results")
 CHECKPOINT_SIZES_KEPT = 200  # (step, bytes) pairs in the summary (older ones thinned)
-PROMPTS = get("prompts")
-LEDGER_SCHEMA = pa.schema([
-    ("request_id", pa.string()), ("outcome", pa.string()), ("rl_step", pa.int64()),
-    ("policy_version", pa.int64()), ("event_ids", pa.list_(pa.string())),
-])  # fmt: skip
-
-
 PROGRESS_EVERY = 20
 """pre-training steps between loss figures on the events (and the first step's: the run's
 start-up ends there); validation figures come at every pretrain.eval_interval"""
-
-
-class EnvironmentBroken(RuntimeError):
-    """env.max_failed_groups groups in a row had an episode whose environment failed."""
 
 
 class StreamTrainer:
@@ -156,8 +142,7 @@ class StreamTrainer:
         if final:
             self.record_untrained()
         if self.ledger:
-            name = f"{ledger_prefix(self.cfg.run_id)}upto-{self.state.rl_step:06d}.parquet"
-            self.store.put_parquet(name, pa.Table.from_pylist(self.ledger, LEDGER_SCHEMA))
+            write_ledger(self.store, self.cfg.run_id, self.state.rl_step, self.ledger)
             self.ledger = []
         size = save_checkpoint(self.ckpts, step, self.state_dict(), keep_last=ck.keep_last)
         prom.TRAINER_CHECKPOINT_BYTES.set(size)
@@ -171,13 +156,7 @@ class StreamTrainer:
             self.record(group, "untrained_at_end")
 
     def record(self, group: list[dict], outcome: str) -> None:
-        self.ledger.append({
-            "request_id": group[0]["request_id"],
-            "outcome": outcome,
-            "rl_step": self.state.rl_step,
-            "policy_version": group[0]["policy_version"],
-            "event_ids": [r["event_id"] for r in group],
-        })  # fmt: skip
+        self.ledger.append(ledger_entry(group, outcome, self.state.rl_step))
 
     def evaluate(self) -> dict:
         return evaluate_with(self.state.model, self.state.tok, self.eval_set, self.cfg)
@@ -196,20 +175,7 @@ class StreamTrainer:
 
     async def emit_metrics(self, producer: EventProducer, phase: str, step: int, row: dict):
         """Training figures (losses, entropy, reward) as eval_results rows with task=phase."""
-        names = ("loss", "val_loss", "pg_loss", "value_loss", "lm_loss", "entropy", "kl",
-                 "reward", "grad_norm")  # fmt: skip
-        rows = [
-            {
-                "event_id": make_event_id("metric", phase, step, k),
-                "step": step,
-                "task": phase,
-                "metric": k,
-                "value": float(row[k]),
-                "n": 1,
-            }
-            for k in names
-            if k in row and row[k] == row[k]
-        ]
+        rows = metric_rows(phase, step, row)
         for r in rows:
             if r["metric"].endswith("loss"):
                 prom.TRAINER_LOSS.labels(phase, r["metric"]).set(r["value"])
@@ -247,15 +213,8 @@ class StreamTrainer:
         it to be published). What the tokenizer or the context cannot take is left out and
         counted (`refused` in the summary): a user's data never raises inside the trainer."""
         cfg, tok = self.cfg, self.state.tok
-        for waited in itertools.count():
-            started = time.monotonic()
-            view = await load_dataset(self.endpoints, cfg)
-            if view.heldout and (view.docs or view.pool):
-                break
-            if waited % 20 == 0:
-                log.info("waiting for dataset %r on %s and %s (held-out prompts and documents)",
-                         cfg.data.dataset, PROMPTS.topic, CORPUS.topic)  # fmt: skip
-            await asyncio.sleep(0.5)
+        started = time.monotonic()
+        view = await wait_for_dataset(self.endpoints, cfg)
         read = time.monotonic()
         data = usable(view, cfg, tok)  # ValueError: nothing usable; the run cannot go on
         self.eval_set, self.refused = data.eval_set, data.refused
@@ -263,7 +222,8 @@ class StreamTrainer:
         self.val = Corpus(data.validation, tok, cfg.model.block_size)
         self.doc_ids = {doc_id for _, doc_id in view.docs}
         log.info("dataset %r: %d documents, %d validation, %d held-out prompts (read in %.1f s, "
-                 "tokenised in %.1f s)", cfg.data.dataset, len(data.docs), len(data.validation),
+                 "waits included; tokenised in %.1f s)", cfg.data.dataset, len(data.docs),
+                 len(data.validation),
                  len(self.eval_set), read - started, time.monotonic() - read)  # fmt: skip
 
     async def pretrain(self, producer: EventProducer) -> None:
@@ -299,25 +259,13 @@ class StreamTrainer:
                 if errors:
                     self.drop(rows_in_order, "env_failed")  # dead-lettered by the processors
                     self.failed_in_a_row[errors[0].partition(":")[0]] += 1
-                    self.check_environment()
+                    check_environment(self.failed_in_a_row, self.cfg.env.max_failed_groups)
                     continue
                 self.failed_in_a_row.clear()
                 if self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
                     self.drop_zero_variance(rows_in_order)
                 else:
                     self.ready.append(rows_in_order)
-
-    def check_environment(self) -> None:
-        """Raise EnvironmentBroken once env.max_failed_groups groups in a row failed."""
-        limit = self.cfg.env.max_failed_groups
-        failed = sum(self.failed_in_a_row.values())
-        if limit and failed >= limit:
-            kinds = ", ".join(f"{k} {n}" for k, n in self.failed_in_a_row.most_common())
-            raise EnvironmentBroken(
-                f"{failed} groups in a row had an episode whose environment failed ({kinds}); "
-                "the dead letters on rl.dead_letters.v1 say why. Fix the environment, or raise "
-                "env.max_failed_groups (0: never stop)"
-            )
 
     def filtering(self) -> bool:
         """Whether zero-variance groups are dropped now (on, and under the batch's cap)."""

@@ -4,7 +4,10 @@ documents that arrive during RL)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
+import logging
 
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
@@ -13,6 +16,7 @@ from rlstream.connectors.reading import follow_run, read_rows_where
 from rlstream.schemas import get, make_event_id, rows_to_batch
 from rlstream.trainers.datasets import DatasetView
 
+log = logging.getLogger(__name__)
 PROMPTS, CORPUS = get("prompts"), get("corpus")
 
 
@@ -27,6 +31,39 @@ async def load_dataset(endpoints: Endpoints, cfg: Config) -> DatasetView:
     for row in await read_rows_where(endpoints, CORPUS.topic, view.ours):
         view.add_doc(row)
     return view
+
+
+async def wait_for_dataset(endpoints: Endpoints, cfg: Config) -> DatasetView:
+    """The run's dataset once its held-out prompts and its documents (or prompts) are on
+    their topics (a run publishes them as it starts)."""
+    for waited in itertools.count():
+        view = await load_dataset(endpoints, cfg)
+        if view.heldout and (view.docs or view.pool):
+            return view
+        if waited % 20 == 0:
+            log.info("waiting for dataset %r on %s and %s (held-out prompts and documents)",
+                     cfg.data.dataset, PROMPTS.topic, CORPUS.topic)  # fmt: skip
+        await asyncio.sleep(0.5)
+
+
+METRIC_NAMES = ("loss", "val_loss", "pg_loss", "value_loss", "lm_loss", "entropy", "kl",
+                "reward", "grad_norm")  # fmt: skip
+
+
+def metric_rows(phase: str, step: int, row: dict) -> list[dict]:
+    """A step's training figures as eval_results rows with task=phase (NaNs left out)."""
+    return [
+        {
+            "event_id": make_event_id("metric", phase, step, k),
+            "step": step,
+            "task": phase,
+            "metric": k,
+            "value": float(row[k]),
+            "n": 1,
+        }
+        for k in METRIC_NAMES
+        if k in row and row[k] == row[k]
+    ]
 
 
 def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:

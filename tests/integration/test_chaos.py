@@ -94,14 +94,21 @@ def test_a_killed_environment_server_fails_its_episodes_and_none_is_trained(chao
 
 
 def _consumer_lines(run_dir) -> list[str]:
-    """What the processors and the drain logged of seeks, holes, rebalances and refusals."""
+    """What the processors and the drain logged of seeks, holes, rebalances and refusals, and
+    what the drain's rollout workers logged at all (they served nothing, once, cause unknown)."""
     words = ("fetching again", "never acked", "revoked", "dead-lettered", "Error", "assigned")
-    return [
+    logs = run_dir / "logs"
+    lines = [
         f"{p.name}: {line}"
-        for p in sorted((run_dir / "logs").rglob("processors*.log"))
+        for p in sorted(logs.rglob("processors*.log"))
         for line in p.read_text().splitlines()
         if any(w in line for w in words)
     ][-60:]
+    return lines + [
+        f"drain/{p.name}: {line}"
+        for p in sorted((logs / "drain").glob("rollouts*.log"))
+        for line in p.read_text().splitlines()[-40:]
+    ]
 
 
 def test_nothing_is_lost_trained_twice_or_archived_twice(chaos_run):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -103,7 +104,9 @@ def test_policy_versions_are_pruned_to_the_newest_and_every_nth(endpoints):
         kept,
         policy_prefix,
         stored_versions,
+        upload_policy,
     )
+    from rlstream.trainers.policy import build_policy
 
     run_id = f"prune-{time.time_ns()}"
     store = ObjectStore(endpoints)
@@ -127,5 +130,17 @@ def test_policy_versions_are_pruned_to_the_newest_and_every_nth(endpoints):
 
     follower = PolicyFollower(endpoints, run_id)
     uri = f"s3://{store.bucket}/{policy_prefix(run_id, 5)}"
-    asyncio.run(follower._load({"version": 5, "checkpoint_uri": uri}))
+    assert not asyncio.run(follower._load({"version": 5, "checkpoint_uri": uri}))
     assert follower.policy is None and not follower.ready.is_set()
+
+    # a follower that reads the announcements late, the newest pruned: the newest stored one
+    policy = build_policy()
+    upload_policy(store, policy_prefix(run_id, 6), replace(policy, version=6))
+    announced = [
+        {"version": v, "checkpoint_uri": f"s3://{store.bucket}/{policy_prefix(run_id, v)}"}
+        for v in (4, 6, 5, 9)  # 9: announced, then its files deleted
+    ]
+    asyncio.run(follower.offer(announced))
+    assert follower.policy.version == 6 and follower.ready.is_set() and follower.loads == 1
+    asyncio.run(follower.offer(announced[:3]))  # nothing newer than the loaded one
+    assert follower.loads == 1

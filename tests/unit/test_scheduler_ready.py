@@ -8,7 +8,7 @@ import asyncio
 
 from rlstream.config import ModelConfig, load_config
 from rlstream.connectors.endpoints import Endpoints
-from rlstream.streams.scheduler import Scheduler
+from rlstream.streams.scheduler_rounds import Scheduler
 from rlstream.trainers.envs.base import make_prompt
 from rlstream.trainers.policy import build_policy
 

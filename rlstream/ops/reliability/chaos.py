@@ -19,8 +19,9 @@ one at a time, each after the loop recovered from the one before:
       is scheduled, so no record is lost; Kafka keeps its log on disk.
   kill:leader
       on a three-node Kafka cluster (`--broker kafka --nodes 3`): SIGKILL of the node that
-      leads a partition of rl.experience.v2, restarted after `broker_down_s`. The other two
-      nodes hold every acknowledged write (replication 3, min in-sync 2) and elect a leader.
+      leads a partition of rl.experience.v2, restarted after `broker_down_s` once the other
+      two nodes, which hold every acknowledged write (replication 3, min in-sync 2), have
+      elected a new leader (waited for up to the recovery timeout).
   s3-down
       the S3 server stopped for `s3_down_s`, then restarted on its ports with its data.
   qdrant-down

@@ -253,8 +253,12 @@ class Injector:
 
     def _kill_leader(self) -> dict:
         """SIGKILL the node that leads a partition of the experience topic (picked by the run's
-        seed), and start it again after `broker_down_s`: the other two hold every write
-        (min in-sync 2) and elect a new leader; the loop's clients follow it."""
+        seed), and start it again after `broker_down_s` and once the other two have elected a
+        new leader (bounded by the recovery timeout): they hold every write (min in-sync 2);
+        the loop's clients follow the new leader. When the killed node was also the active
+        controller, a new controller must first be elected and then fence it, which on a
+        loaded machine can take longer than `broker_down_s`; a restart before that would be an
+        election nobody saw, testing nothing."""
         import asyncio
 
         topic = get("experience").topic
@@ -264,7 +268,8 @@ class Injector:
         leader = leaders[partition]
         at = time.time()
         self.stack.kill_server(f"kafka-{leader}")
-        deadline = time.monotonic() + self.args.broker_down_s
+        down_until = time.monotonic() + self.args.broker_down_s
+        deadline = time.monotonic() + max(self.args.broker_down_s, self.args.recovery_timeout_s)
         elected, elected_s = None, None  # the partition's leader while the old one is down
         quiet = logging.getLogger("aiokafka")  # its clients log every refused connection
         level, quiet.level = quiet.level, logging.CRITICAL
@@ -278,10 +283,11 @@ class Injector:
                 pass
             time.sleep(0.2)
         quiet.setLevel(level)
-        time.sleep(max(0.0, deadline - time.monotonic()))
+        time.sleep(max(0.0, down_until - time.monotonic()))
+        down_s = round(time.time() - at, 1)
         self.stack.start_server(f"kafka-{leader}")
         return {"topic": topic, "partition": partition, "leader": leader, "new_leader": elected,
-                "elected_after_s": elected_s, "down_s": self.args.broker_down_s,
+                "elected_after_s": elected_s, "down_s": down_s,
                 "_at": at}  # fmt: skip
 
     def _vector_store_outage(self) -> dict:
