@@ -185,6 +185,7 @@ class PolicyFollower:
         self.policy: Policy | None = None
         self.ready = asyncio.Event()
         self.loads = 0
+        self.announced = 0  # announcements read
 
     async def run(self) -> None:
         """Follow rl.policy_versions.v1 from the beginning; load only the newest of each poll.
@@ -195,11 +196,22 @@ class PolicyFollower:
             if found.get(POLICY_VERSIONS.name):
                 await self.offer(found[POLICY_VERSIONS.name])
 
+    async def wait_ready(self, warn_every_s: float = 30.0) -> None:
+        """Until a policy is loaded, saying every `warn_every_s` what it waits for (work that
+        needs the policy stands still meanwhile: it should not do so silently)."""
+        while not self.ready.is_set():
+            try:
+                await asyncio.wait_for(self.ready.wait(), warn_every_s)
+            except TimeoutError:
+                log.warning("%s: no policy of run %s loaded yet (%d announcements read); "
+                            "waiting", self.role, self.run_id, self.announced)  # fmt: skip
+
     async def offer(self, rows: list[dict]) -> None:
         """Load the newest version announced in `rows` that is newer than the loaded one; one
         no longer stored gives way to the next older announced one. Waiting for a newer one
         instead would wait forever where no trainer runs any more: the chaos suite's drain
         starts rollout workers after the run, which read every announcement at once."""
+        self.announced += len(rows)
         current = -1 if self.policy is None else self.policy.version
         newest = {r["version"]: r for r in rows if r["version"] > current}  # the last per version
         for version in sorted(newest, reverse=True):

@@ -151,7 +151,7 @@ def build(cfg: Config, endpoints: Endpoints, worker_id: str) -> faust.App:
                     (i, r) for i, r in enumerate(decoded.to_pylist()) if r["run_id"] == cfg.run_id
                 ]
                 if rows:
-                    await follower.ready.wait()
+                    await follower.wait_ready()
                 for i, row in rows:
                     problem = request_problem(row, follower.policy.tok, cfg)
                     if problem is None:

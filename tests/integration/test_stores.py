@@ -144,3 +144,22 @@ def test_policy_versions_are_pruned_to_the_newest_and_every_nth(endpoints):
     assert follower.policy.version == 6 and follower.ready.is_set() and follower.loads == 1
     asyncio.run(follower.offer(announced[:3]))  # nothing newer than the loaded one
     assert follower.loads == 1
+
+
+def test_a_follower_without_a_policy_says_so_while_it_waits(endpoints, caplog):
+    import asyncio
+
+    from rlstream.streams.policystore import PolicyFollower
+
+    follower = PolicyFollower(endpoints, "no-policy-yet")
+
+    async def wait_then_load():
+        waiting = asyncio.create_task(follower.wait_ready(warn_every_s=0.05))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        follower.ready.set()
+        await asyncio.wait_for(waiting, 1)
+
+    asyncio.run(wait_then_load())
+    warnings = [r.message for r in caplog.records if "no policy of run no-policy-yet" in r.message]
+    assert len(warnings) >= 2
