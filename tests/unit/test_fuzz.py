@@ -11,6 +11,7 @@ import pytest
 
 from rlstream.config import Config
 from rlstream.ops.reliability import fuzz
+from rlstream.ops.reliability import fuzz_messages as fm
 from rlstream.schemas import DecodeError, decode
 from rlstream.streams.rollout_worker import request_problem
 from rlstream.trainers.experience import RowLimits, keep_rows_of_run, row_problem
@@ -20,11 +21,11 @@ CFG = replace(Config(), run_id="fuzz-unit")
 
 
 def test_the_plan_cycles_through_every_defect_and_topic_pair():
-    pairs = set(fuzz.plan(1000, seed=3))
-    assert len(pairs) == len(set(fuzz.plan(82, seed=3))) == 82
-    assert fuzz.plan(50, seed=3) == fuzz.plan(50, seed=3) != fuzz.plan(50, seed=4)
-    assert {e for _, e in pairs} == set(fuzz.OWNERS) | set(fuzz.FOLLOWED)
-    assert {c for c, _ in pairs} == set(fuzz.ENCODING) | set(fuzz.ROWS) | {"other_run"}
+    pairs = set(fm.plan(1000, seed=3))
+    assert len(pairs) == len(set(fm.plan(82, seed=3))) == 82
+    assert fm.plan(50, seed=3) == fm.plan(50, seed=3) != fm.plan(50, seed=4)
+    assert {e for _, e in pairs} == set(fm.OWNERS) | set(fm.FOLLOWED)
+    assert {c for c, _ in pairs} == set(fm.ENCODING) | set(fm.ROWS) | {"other_run"}
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -32,15 +33,15 @@ def test_every_message_is_refused_by_the_checks_its_owners_apply(seed):
     tok = load_tokenizer(CFG.model)
     full = RowLimits(tok.vocab_size, CFG.model.block_size, CFG.rl.group_size)
     scheduler = RowLimits(group_size=CFG.rl.group_size)
-    for m in fuzz.messages(CFG, 400, seed):
-        expect = (m.event,) if m.event in fuzz.OWNERS else None
-        if m.cls in fuzz.ENCODING:
+    for m in fm.messages(CFG, 400, seed):
+        expect = (m.event,) if m.event in fm.OWNERS else None
+        if m.cls in fm.ENCODING:
             with pytest.raises(DecodeError):
                 decode(m.value, m.headers, expect=expect)
             continue
         (row,) = decode(m.value, m.headers, expect=expect).to_pylist()
         if m.cls == "other_run":
-            assert row["run_id"] == fuzz.OTHER_RUN and not m.owners
+            assert row["run_id"] == fm.OTHER_RUN and not m.owners
         elif m.event == "rollout_requests":
             assert request_problem(row, tok, CFG), m.cls
         else:
@@ -50,13 +51,13 @@ def test_every_message_is_refused_by_the_checks_its_owners_apply(seed):
 
 
 def test_outcomes_are_judged_by_the_owners_dead_letters():
-    owned = fuzz.FuzzMessage("nan_reward", "rewards", b"", [], ("processors", "scheduler"))
+    owned = fm.FuzzMessage("nan_reward", "rewards", b"", [], ("processors", "scheduler"))
     assert fuzz._outcome(owned, {"processors", "scheduler"}) == "dead_lettered"
     assert fuzz._outcome(owned, {"processors"}) == "missed"  # the scheduler said nothing
-    other = fuzz.FuzzMessage("other_run", "rewards", b"", [], ())
+    other = fm.FuzzMessage("other_run", "rewards", b"", [], ())
     assert fuzz._outcome(other, set()) == "left_alone"
     assert fuzz._outcome(other, {"scheduler"}) == "dead_lettered_wrongly"
-    followed = fuzz.FuzzMessage("random_bytes", "corpus", b"", [], ())
+    followed = fm.FuzzMessage("random_bytes", "corpus", b"", [], ())
     assert fuzz._outcome(followed, set()) == "skipped_by_readers"
     assert fuzz._kind_of("rlstream-r1-rollout-workers/rollouts-2", "r1") == "rollout-workers"
     assert fuzz._kind_of("rlstream-r1-scheduler", "r1") == "scheduler"
@@ -104,6 +105,6 @@ def test_readers_of_a_topic_take_only_its_event():
     assert carried_by(get("prompts").topic) == ("prompts",)
     assert carried_by("rl.rewards.v1.rescored") is None  # a derived topic: any kind
     rng = __import__("random").Random(0)
-    wrong = fuzz.build("wrong_topic", "prompts", CFG, rng, 0)
+    wrong = fm.build("wrong_topic", "prompts", CFG, rng, 0)
     with pytest.raises(DecodeError, match="a 'rewards' event where this consumer takes"):
         decode(wrong.value, wrong.headers, expect=carried_by(get("prompts").topic))

