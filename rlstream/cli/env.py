@@ -24,8 +24,8 @@ def serve(
     import uvicorn
 
     from rlstream.config import EnvConfig
-    from rlstream.environments.base import environment_class
-    from rlstream.environments.openenv import openenv_app
+    from rlstream.trainers.environments.base import environment_class
+    from rlstream.trainers.environments.openenv import openenv_app
 
     environment_class(name)  # an unknown or unimportable one: one line, before listening
     try:
@@ -40,7 +40,7 @@ def serve(
 @env_app.command("list")
 def list_() -> None:
     """The registered environments (your own are named by import path or address)."""
-    from rlstream.environments.base import ENVIRONMENTS
+    from rlstream.trainers.environments.base import ENVIRONMENTS
 
     for name in ENVIRONMENTS.names():
         console.print(name)

@@ -146,7 +146,7 @@ def worker_range(spec: str) -> tuple[int, int]:
 
 @dataclass
 class EnvConfig:
-    """How episodes run, for prompts that name an environment (`rlstream.environments`)."""
+    """How episodes run, for prompts that name an environment (`rlstream.trainers.environments`)."""
 
     max_turns: int = 4
     """policy turns per episode at most"""

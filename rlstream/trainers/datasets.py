@@ -71,7 +71,7 @@ def verifier_problem(row: dict) -> str | None:
     """Why no verifier can check this prompt row (its task names none, or the verifier cannot
     read its answer; or it names an environment there is none of), or None. Needs no model, so
     `rlstream publish` checks it too."""
-    from rlstream.environments.base import environment_class
+    from rlstream.trainers.environments.base import environment_class
 
     if env := row.get("environment"):
         try:

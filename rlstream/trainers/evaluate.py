@@ -32,7 +32,7 @@ def solved(model, tok, prompts, n, max_new_tokens, temperature, generator, env) 
         s = sample(model, tok, [p.text for p in prompts], n, max_new_tokens,
                    temperature=temperature, generator=generator)  # fmt: skip
         return [float(verify(c, prompts[j])) for c, j in zip(s.texts, s.prompt_index, strict=True)]
-    from rlstream.environments.episodes import run_episodes
+    from rlstream.trainers.environments.episodes import run_episodes
 
     out = []
     for e in run_episodes(model, tok, prompts, n, max_new_tokens, temperature, env, generator):

@@ -83,7 +83,7 @@ def rollout(
 
 
 def episode_samples(policy, prompts, n, max_new_tokens, temperature, generator, env) -> Samples:
-    from rlstream.environments.episodes import run_episodes
+    from rlstream.trainers.environments.episodes import run_episodes
 
     episodes = run_episodes(policy.model, policy.tok, prompts, n, max_new_tokens, temperature,
                             env, generator)  # fmt: skip

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from rlstream.config import EnvConfig
-from rlstream.environments import ENVIRONMENTS, Step
-from rlstream.environments.episodes import run_episodes
+from rlstream.trainers.environments import ENVIRONMENTS, Step
+from rlstream.trainers.environments.episodes import run_episodes
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.envs.base import make_prompt
 from rlstream.trainers.lm import Tokenizer, token_logprobs
@@ -274,7 +274,7 @@ def test_pymul_worked_documents_are_what_the_python_tool_answers():
     what each call printed is the next line of the document, and the answer earns 1."""
     import random
 
-    from rlstream.environments.python import PythonTool
+    from rlstream.trainers.environments.python import PythonTool
     from rlstream.trainers.envs import get_task
 
     family = get_task("pymul")

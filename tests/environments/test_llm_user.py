@@ -10,8 +10,8 @@ import json
 import torch
 
 from rlstream.config import EnvConfig, ModelConfig
-from rlstream.environments.episodes import run_episodes
-from rlstream.environments.llm_user import LLMUser
+from rlstream.trainers.environments.episodes import run_episodes
+from rlstream.trainers.environments.llm_user import LLMUser
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.lm import Tokenizer, build_model
 from tests.hf_models import tiny_model_dir

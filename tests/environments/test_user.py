@@ -7,7 +7,7 @@ import asyncio
 import random
 
 from rlstream.config import EnvConfig
-from rlstream.environments import open_environment
+from rlstream.trainers.environments import open_environment
 from rlstream.trainers.envs import get_task
 
 

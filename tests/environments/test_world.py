@@ -7,7 +7,7 @@ import asyncio
 import random
 
 from rlstream.config import EnvConfig
-from rlstream.environments.world import World
+from rlstream.trainers.environments.world import World
 from rlstream.trainers.envs import get_task
 
 
@@ -65,7 +65,7 @@ def test_a_prompts_own_env_options_set_its_episodes_world():
     takes its prompt's `env_options` over the run's env.options."""
     import json
 
-    from rlstream.environments.base import open_environment
+    from rlstream.trainers.environments.base import open_environment
     from rlstream.trainers.envs import Prompt
 
     family = get_task("walk")

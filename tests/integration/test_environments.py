@@ -15,7 +15,7 @@ import pytest
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.environments.calculator import calculate
+from rlstream.trainers.environments.calculator import calculate
 from rlstream.trainers.lm import Tokenizer
 from tests.integration.conftest import cli
 from tests.integration.test_openenv import expected_mask
@@ -109,7 +109,7 @@ import asyncio
 import json
 import math
 
-from rlstream.environments import Step
+from rlstream.trainers.environments import Step
 
 
 class Flaky:

@@ -147,7 +147,7 @@ def test_a_frozen_policy_version_of_the_run_plays_the_llm_user(watched, tmp_path
     import asyncio
 
     from rlstream.config import EnvConfig
-    from rlstream.environments.llm_user import LLMUser
+    from rlstream.trainers.environments.llm_user import LLMUser
     from rlstream.trainers.envs import Prompt
 
     store = ObjectStore(Endpoints.from_env())

@@ -135,8 +135,8 @@ def test_env_servers_plays_a_named_environment_on_its_server_with_each_rows_opti
     """env.servers sends the episodes of prompts that name `world` to `rlstream env serve
     world`, with no change to the rows; a row's own env_options reach the served world."""
     from rlstream.config import EnvConfig
-    from rlstream.environments.base import open_environment
-    from rlstream.environments.openenv import OpenEnvSession
+    from rlstream.trainers.environments.base import open_environment
+    from rlstream.trainers.environments.openenv import OpenEnvSession
     from rlstream.trainers.envs import Prompt, get_task
 
     port, log = free_port(), tmp_path / "world.log"

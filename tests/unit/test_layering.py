@@ -46,11 +46,11 @@ def test_metrics_sit_below_connectors_and_streams():
 
 
 def test_the_learning_floor_imports_nothing_above_it():
-    """trainers, environments and the sandbox are one floor (the episode engine samples with
-    the model; the trainers' loops play episodes): they may import each other and the floors
-    below, never the loop's processes, ops or the command line."""
+    """The trainers (environments among them: the episode engine samples with the model, and
+    the trainers' loops play episodes) and the sandbox below them import the floors below,
+    never the loop's processes, ops or the command line."""
     above = ("rlstream.streams", "rlstream.ops", "rlstream.cli")
-    for folder in ("trainers", "environments", "sandbox"):
+    for folder in ("trainers", "sandbox"):
         for path in ROOT.glob(f"{folder}/**/*.py"):
             names = imports(str(path.relative_to(ROOT)))
             assert not any(n.startswith(above) for n in names), path

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import ENVIRONMENTS, Step
 from rlstream.ops.bench.broker import Figure
+from rlstream.trainers.environments.base import ENVIRONMENTS, Step
 
 
 @dataclass
@@ -52,7 +52,7 @@ def envs_bench(latencies_ms: list[float], concurrency: list[int], episodes: int,
     import torch
 
     from rlstream.config import ModelConfig
-    from rlstream.environments.episodes import run_episodes
+    from rlstream.trainers.environments.episodes import run_episodes
     from rlstream.trainers.envs import Prompt
     from rlstream.trainers.policy import build_policy
 

@@ -30,8 +30,8 @@ class Prompt:
     """the row's further columns as a JSON object (empty: none); a reward function gets each
     as a keyword argument, as TRL passes a dataset's columns"""
     environment: str = ""
-    """the environment its episodes run in (`rlstream.environments`); empty: one policy turn,
-    scored by the verifier"""
+    """the environment its episodes run in (`rlstream.trainers.environments`); empty: one
+    policy turn, scored by the verifier"""
 
     def to_row(self) -> dict:
         """The prompt as a plain dict (prompt_id, text, task, difficulty, answer, verifier,

@@ -1,4 +1,4 @@
-"""Task families whose episodes run in an environment (`rlstream.environments`).
+"""Task families whose episodes run in an environment (`rlstream.trainers.environments`).
 
 `guess`: a simulated user holds a secret number and answers each guess with a hint
 (`environments.user`); the policy must ask its way there. Worked documents search by halves

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import EnvironmentFailed, Step
+from rlstream.trainers.environments.base import EnvironmentFailed, Step
 
 SCHEMES = ("http://", "https://", "ws://", "wss://")
 TEXT_FIELDS = ("text", "message", "content", "prompt", "echoed_message")
@@ -103,8 +103,8 @@ def openenv_app(name: str, settings: EnvConfig, max_sessions: int = 64):
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import Action, Observation, State
 
-    from rlstream.environments.base import checked_step, open_environment
     from rlstream.trainers.datasets import prompt_of_row
+    from rlstream.trainers.environments.base import checked_step, open_environment
 
     class TextAction(Action):
         message: str

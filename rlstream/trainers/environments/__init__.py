@@ -8,7 +8,7 @@ policy turn, scored by its verifier. `base` holds the interface and registry (no
 `episodes` the token-in/token-out engine the rollout workers and evaluation run.
 """
 
-from rlstream.environments.base import (
+from rlstream.trainers.environments.base import (
     ENVIRONMENTS,
     Environment,
     EnvironmentFailed,

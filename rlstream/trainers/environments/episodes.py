@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import EnvironmentFailed, checked_step, open_environment
+from rlstream.trainers.environments.base import EnvironmentFailed, checked_step, open_environment
 from rlstream.trainers.envs import Prompt
 from rlstream.trainers.lm import CausalLM, Tokenizer
 from rlstream.trainers.sampling import completion_text, sample_ids

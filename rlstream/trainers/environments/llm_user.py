@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import Step
+from rlstream.trainers.environments.base import Step
 from rlstream.trainers.envs import Prompt, verify
 
 INSTRUCTIONS = ("You know the answer is {answer}. Answer the assistant's questions about it "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import Step
+from rlstream.trainers.environments.base import Step
 from rlstream.trainers.envs import Prompt, verify
 
 CALL = "?"

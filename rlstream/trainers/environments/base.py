@@ -52,12 +52,12 @@ class Environment(Protocol):
 
 ENVIRONMENTS = Registry("environment")
 """Environment classes by name: `cls(settings) -> Environment`, one instance per episode."""
-ENVIRONMENTS.declare("calculator", "rlstream.environments.calculator:Calculator")
-ENVIRONMENTS.declare("user", "rlstream.environments.user:SimulatedUser")
-ENVIRONMENTS.declare("python", "rlstream.environments.python:PythonTool")
-ENVIRONMENTS.declare("world", "rlstream.environments.world:World")
-ENVIRONMENTS.declare("llm-user", "rlstream.environments.llm_user:LLMUser")
-OPENENV_CLIENT = "rlstream.environments.openenv:remote"
+ENVIRONMENTS.declare("calculator", "rlstream.trainers.environments.calculator:Calculator")
+ENVIRONMENTS.declare("user", "rlstream.trainers.environments.user:SimulatedUser")
+ENVIRONMENTS.declare("python", "rlstream.trainers.environments.python:PythonTool")
+ENVIRONMENTS.declare("world", "rlstream.trainers.environments.world:World")
+ENVIRONMENTS.declare("llm-user", "rlstream.trainers.environments.llm_user:LLMUser")
+OPENENV_CLIENT = "rlstream.trainers.environments.openenv:remote"
 """address -> the environment class playing episodes on that OpenEnv server (imported by name,
 as a declared registry entry is: the interface imports none of its implementations)"""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import Step
+from rlstream.trainers.environments.base import Step
 from rlstream.trainers.envs.walk import SLIP, ends, move
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import Step
+from rlstream.trainers.environments.base import Step
 from rlstream.trainers.envs.tools import HIGHER, LOWER, hint
 
 

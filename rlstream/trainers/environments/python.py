@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from rlstream.config import EnvConfig
-from rlstream.environments.base import Step
+from rlstream.trainers.environments.base import Step
 from rlstream.trainers.envs import Prompt, verify
 
 CALL = "!"
