@@ -224,8 +224,8 @@ class PolicyFollower:
         except (FileNotFoundError, S3Error) as exc:
             if isinstance(exc, S3Error) and exc.code not in ("NoSuchKey", "NoSuchObject"):
                 raise
-            # pruned while announced (the trainer published newer ones meanwhile): the next
-            # announcement names a newer version
+            # pruned while announced (the trainer published newer ones meanwhile): `offer`
+            # tries the next older one
             log.info("policy version %d is no longer stored", row["version"])
             return False
         self.policy = policy
