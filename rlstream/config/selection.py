@@ -93,6 +93,11 @@ class SelectionConfig:
     """prompts the ppm sampler scores for each batch it picks (at least the batch): more
     find more informative prompts when few are left, at the cost of scoring them (policy
     features read the policy once per candidate)"""
+    ppm_shortlist: bool = False
+    """the ppm sampler keeps its candidates not picked for the next rounds while their policy
+    features are cached (`ppm_refresh_every` versions) and draws anew only the places picks
+    and expiries freed: scoring costs the new candidates only. false: all ppm_candidates
+    drawn and scored anew each round"""
     ppm_candidates_max: int = 0
     """while fewer than a batch's predicted picks reach the informative threshold, the ppm
     sampler scores ppm_candidates more, up to this many (at most ppm_candidates: never more),

@@ -121,6 +121,34 @@ def test_scoring_counts_the_policy_tokens_it_reads_and_keeps_them_refresh_every_
 
 
 @torch.no_grad()
+def test_a_short_list_scores_only_the_candidates_that_picks_and_expiries_freed():
+    from rlstream.trainers.selection.registry import build_sampler, policy_moved
+
+    torch.manual_seed(0)
+    policy = build_policy(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=32))
+    prompts = [make_prompt("add", f"{a}+{b}=", str(a + b), 1) for a in range(32) for b in (7, 12)]
+    spent = {}
+    for shortlist in ("false", "true"):
+        cfg = load_config(None, ["selection.ppm_features=hidden", "selection.ppm_refresh_every=3",
+                                 "selection.ppm_candidates=8", "selection.sampler=ppm",
+                                 f"selection.ppm_shortlist={shortlist}"])  # fmt: skip
+        sampler = build_sampler(cfg, prompts, lambda: policy)
+        for step in range(6):
+            picked = {p.prompt_id for p in sampler.select(step, 2)}
+            listed = {sampler.pool[p].prompt_id for p in sampler.shortlist}
+            assert sampler.screened == 8 and not picked & listed
+            # a pick off the list (the uniform share) leaves the list one longer
+            if shortlist == "true":
+                assert 8 - len(picked) <= len(listed) <= 8
+            else:
+                assert not listed
+            policy_moved(sampler)
+        spent[shortlist] = sampler.compute.prefilled
+    # 8 candidates a round either way; with the list, only the freed places are read anew
+    assert 0 < spent["true"] < 0.75 * spent["false"]
+
+
+@torch.no_grad()
 def test_prefill_features_are_the_first_answer_tokens_distribution_from_one_pass():
     from rlstream.trainers.selection.compute import Compute
     from rlstream.trainers.selection.policy_features import last_token_hidden, prefill_features

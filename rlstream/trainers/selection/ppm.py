@@ -174,8 +174,8 @@ class PPMArgs:
     on the selection bench the first batch wasted a quarter to three fifths less on every pool"""
     refresh_every: int = 1
     """policy versions a prompt's policy features are kept for: they are recomputed once the
-    policy has moved this many versions since the cache was last cleared (1: after every
-    update). Larger spends less of the policy's compute on scoring, on staler features"""
+    policy has moved this many versions past the one they read (1: after every update).
+    Larger spends less of the policy's compute on scoring, on staler features"""
     int8_scoring: bool = False
     """score with an INT8 dynamically quantized copy (refreshed after each fit)"""
     seed: int = 0
@@ -222,8 +222,8 @@ class PromptPredictiveModel:
         self.counts: dict[str, list[float]] = {}  # prompt_id -> [successes, attempts, last ver]
         self.x, self.s, self.n, self.ver = [], [], [], []  # the observation buffer
         self.policy_version, self.version = 0, 0  # observe() calls, fit() calls
-        self._cache: dict[str, np.ndarray] = {}
-        self._moves = self._featured_at = 0  # policy versions seen, and at the last clear
+        self._cache: dict[str, tuple[int, np.ndarray]] = {}  # prompt id -> (moves, features)
+        self._moves = 0  # policy versions seen
         self._int8: nn.Module | None = None
 
     def embed(self, prompts: list[Prompt]) -> np.ndarray:
@@ -231,20 +231,19 @@ class PromptPredictiveModel:
         missing = [p for p in dict.fromkeys(prompts) if p.prompt_id not in self._cache]
         if missing:
             for p, v in zip(missing, self.featurizer(missing), strict=True):
-                self._cache[p.prompt_id] = v
-        return np.stack([self._cache[p.prompt_id] for p in prompts]).astype(np.float32)
+                self._cache[p.prompt_id] = (self._moves, v)
+        return np.stack([self._cache[p.prompt_id][1] for p in prompts]).astype(np.float32)
 
     def key_vectors(self, prompts: list[Prompt]) -> np.ndarray:
         """The vectors the neighbourhood is searched by."""
         return self.embed(prompts) if self.keys is None else self.keys(prompts)
 
     def refresh_features(self, version: int | None = None) -> None:
-        """The policy moved (to `version`, else by one): forget the cached featurizer outputs
-        once it is `refresh_every` versions past the policy they read."""
+        """The policy moved (to `version`, else by one): forget each prompt's cached featurizer
+        output once the policy is `refresh_every` versions past the one it read."""
         self._moves = self._moves + 1 if version is None else version
-        if self._moves - self._featured_at >= self.args.refresh_every:
-            self._cache.clear()
-            self._featured_at = self._moves
+        keep = self.args.refresh_every
+        self._cache = {k: v for k, v in self._cache.items() if self._moves - v[0] < keep}
 
     def features(self, prompts: list[Prompt]) -> np.ndarray:
         """Model inputs (N, in_dim): embedding + history features as of now."""

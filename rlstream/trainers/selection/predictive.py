@@ -89,6 +89,8 @@ class PredictiveSampler(PoolSampler):
         self.strength_n: dict[str, float] = {}
         self.stratum = self._strata()
         self.screened = 0  # candidates scored for the last pick
+        self.shortlist: dict[int, int] = {}  # pool position -> the round it was drawn in
+        self.rounds = 0
 
     def _strata(self) -> np.ndarray:
         keys = [p.task if self.args.stratify == "task" else "" for p in self.pool]
@@ -230,6 +232,8 @@ class PredictiveSampler(PoolSampler):
                     )
                 )
             chosen += [self.pool[pos[j]] for j in [*picks, *explore.tolist()]]
+            for j in [*picks, *explore.tolist()]:  # a picked prompt leaves the short list
+                self.shortlist.pop(int(pos[j]), None)
             # tiny pool or none predicted out of reach: the rest uniformly
             n_uni += n_pred + n_exp - len(picks) - len(explore)
         if n_uni:
@@ -238,6 +242,7 @@ class PredictiveSampler(PoolSampler):
             mean, std = beta_mean_std(alpha, beta)
             for j, p in enumerate(upos):
                 chosen.append(self.pool[p])
+                self.shortlist.pop(int(p), None)
                 recs.append(
                     make_record(
                         self.pool[p],
@@ -274,8 +279,12 @@ class PredictiveSampler(PoolSampler):
         value, rank, each (C,)."""
         a = self.args
         chunk = max(a.candidate_pool, n_pred)
-        size = min(len(self.pool), max(a.candidate_max, chunk))
-        order = self.draw(size, replace=False)
+        if a.shortlist_rounds:
+            order = self.short_list(min(len(self.pool), chunk))
+            size = chunk = len(order)
+        else:
+            size = min(len(self.pool), max(a.candidate_max, chunk))
+            order = self.draw(size, replace=False)
         parts: list[tuple[np.ndarray, ...]] = []
         eligible, start = 0, 0
         while start < size and (start == 0 or eligible < n_pred):
@@ -287,6 +296,20 @@ class PredictiveSampler(PoolSampler):
             start += chunk
         self.screened = min(start, size)
         return tuple(np.concatenate(x) for x in zip(*parts, strict=True))
+
+    def short_list(self, size: int) -> np.ndarray:
+        """This round's `size` candidates: the earlier rounds' candidates not picked, each
+        kept `shortlist_rounds` rounds, and as many drawn anew as that leaves room for."""
+        self.rounds += 1
+        kept = [
+            p for p, r in self.shortlist.items() if self.rounds - r < self.args.shortlist_rounds
+        ]
+        kept = kept[-size:]  # the newest
+        n_new, taken = size - len(kept), set(kept)
+        drawn = self.draw(min(len(self.pool), size + len(kept)), replace=False)
+        new = [int(p) for p in drawn if int(p) not in taken][:n_new]
+        self.shortlist = {p: self.shortlist[p] for p in kept} | dict.fromkeys(new, self.rounds)
+        return np.array(kept + new, dtype=np.int64)
 
     def acquire(self, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's value (P(group informative)) and rank (value x (1 - theta)^tilt)

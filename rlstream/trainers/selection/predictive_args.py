@@ -10,6 +10,11 @@ from dataclasses import dataclass
 class PredictiveArgs:
     candidate_pool: int = 256
     """candidates scored per step (capped at the pool size; at least the batch size)"""
+    shortlist_rounds: int = 0
+    """a short list: a candidate not picked stays among the candidates this many rounds (the
+    PPM's refresh_every: while its features are cached, only its posterior recomputed), and
+    each round draws anew only the places that picks and expiries freed, so scoring costs
+    those only. 0: every candidate is drawn and scored anew each round"""
     candidate_max: int = 0
     """score more candidates, candidate_pool at a time, up to this many, while fewer than the
     predicted picks reach ppm_threshold (informative prompts grew scarce); at most

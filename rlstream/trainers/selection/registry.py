@@ -73,7 +73,8 @@ def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
                    candidate_max=tuning["candidate_max"], fill=tuning["fill"],
                    explore_share=tuning["explore_share"], hard_tilt=sel.ppm_hard_tilt,
                    prior_strength=sel.ppm_prior_strength, acquisition=sel.ppm_acquisition,
-                   prior=sel.ppm_prior)  # fmt: skip
+                   prior=sel.ppm_prior,
+                   shortlist_rounds=sel.ppm_refresh_every if sel.ppm_shortlist else 0)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder,
