@@ -24,13 +24,21 @@ CoT pools, Pearson r 0.91 / 0.92 (0.81 / 0.83), wasted share 0.69x / 0.74x of un
 set wins can say so here."""
 FORMAT_TUNING = {
     "cot": {"candidate_max": 0, "fill": "value", "explore_share": 0.05, "pseudo_count": 0.5,
-            "confidence_tokens": 12},
+            "confidence_tokens": 12, "shortlist": False, "refresh_every": 1},
     "direct": {"candidate_max": 0, "fill": "rank", "explore_share": 0.0, "pseudo_count": 0.0,
-               "confidence_tokens": 0},
+               "confidence_tokens": 2, "shortlist": True, "refresh_every": 4},
 }  # fmt: skip
-"""The PPM sampler's screening, fill, explore share, fit pseudo-counts and confidence decode by
-data.format (where selection.ppm_candidates_max=0, ppm_fill=auto, ppm_explore_share and
-ppm_pseudo_count none, ppm_confidence_tokens=0).
+"""The PPM sampler's screening, fill, explore share, fit pseudo-counts, confidence decode and
+short list by data.format (where selection.ppm_candidates_max=0, ppm_fill=auto,
+ppm_explore_share, ppm_pseudo_count and ppm_shortlist none, ppm_confidence_tokens=0,
+ppm_refresh_every=0).
+With direct answers, counting scoring's compute (5 seeds, docs/selection-benchmark.md): the
+greedy decode of every candidate's whole answer cost 54.9% of the rollouts' compute, and the
+PPM got to uniform's final accuracy in 1.55x fewer steps but on 0.98x uniform's compute; the
+answer's first 2 tokens cost 40.4% (1.59x, 1.12x less compute); with a short list besides
+(candidates kept while their features are, 4 versions), 18.9% (1.34x, 1.10x; 1.11x to the
+first target), the lightest that still beats uniform, DAPO and GRESO on compute; 1 token
+selected no better than uniform (0.76x).
 With a chain of thought, counting scoring's compute (issue 40, docs/selection-benchmark.md):
 screening up to 512 candidates with a whole greedy solution each cost as much as the rollouts
 (100.8%), so the PPM got to uniform's final accuracy on 1.11x less compute than uniform (2
@@ -93,11 +101,12 @@ class SelectionConfig:
     """prompts the ppm sampler scores for each batch it picks (at least the batch): more
     find more informative prompts when few are left, at the cost of scoring them (policy
     features read the policy once per candidate)"""
-    ppm_shortlist: bool = False
+    ppm_shortlist: bool | None = None
     """the ppm sampler keeps its candidates not picked for the next rounds while their policy
     features are cached (`ppm_refresh_every` versions) and draws anew only the places picks
     and expiries freed: scoring costs the new candidates only. false: all ppm_candidates
-    drawn and scored anew each round"""
+    drawn and scored anew each round. None: by the answer format (FORMAT_TUNING: on with
+    direct answers, off with a chain of thought)"""
     ppm_candidates_max: int = 0
     """while fewer than a batch's predicted picks reach the informative threshold, the ppm
     sampler scores ppm_candidates more, up to this many (at most ppm_candidates: never more),
@@ -126,17 +135,18 @@ class SelectionConfig:
     starts from a random network (features without such an estimate, minilm, text, hidden,
     always do)"""
 
-    ppm_refresh_every: int = 1
+    ppm_refresh_every: int = 0
     """policy versions the ppm sampler keeps a prompt's policy features (hidden state,
     confidence) for before reading the policy again: 1 recomputes them after every update;
     more spends less of the policy's compute on scoring (`selection_compute_share` in the
-    run's summary) on staler features"""
+    run's summary) on staler features. 0: by the answer format (FORMAT_TUNING: 4 with direct
+    answers, 1 with a chain of thought)"""
 
     ppm_confidence_tokens: int = 0
     """how many tokens the confidence featurizer's greedy decode runs to (its feature: the
     probability of that prefix of the policy's greedy answer): fewer cost less scoring, a
     chain of thought's first steps standing for the whole; 0: by the answer format
-    (FORMAT_TUNING: 12 with a chain of thought, the whole answer with direct ones)"""
+    (FORMAT_TUNING: 12 with a chain of thought, 2 with direct answers)"""
 
     ppm_acquisition: str = "expected"
     """how the ppm sampler values a candidate from its Beta posterior: expected (the
@@ -169,7 +179,7 @@ class SelectionConfig:
     def __post_init__(self):
         at_least("selection", "ppm_candidates", self.ppm_candidates, 1)
         at_least("selection", "curriculum_window", self.curriculum_window, 1)
-        at_least("selection", "ppm_refresh_every", self.ppm_refresh_every, 1)
+        at_least("selection", "ppm_refresh_every", self.ppm_refresh_every, 0)
         at_least("selection", "ppm_confidence_tokens", self.ppm_confidence_tokens, 0)
         if not 0 <= self.curriculum <= 1:
             raise ConfigError(f"selection.curriculum: {self.curriculum}; a success rate in "

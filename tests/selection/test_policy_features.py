@@ -117,7 +117,7 @@ def test_scoring_counts_the_policy_tokens_it_reads_and_keeps_them_refresh_every_
     sampler.select(0, 4)
     assert 0 < sampler.compute.decoded <= 2 * len(prompts)
     with pytest.raises(ConfigError, match="ppm_refresh_every"):
-        load_config(None, ["selection.ppm_refresh_every=0"])
+        load_config(None, ["selection.ppm_refresh_every=-1"])
 
 
 @torch.no_grad()

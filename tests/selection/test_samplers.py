@@ -243,7 +243,15 @@ def test_build_sampler_takes_the_candidate_pool_from_the_config():
     cot = with_values(cfg, **{"data.format": "cot"})
     assert build_sampler(cot, pool, None).args.candidate_max == 0  # 128 scored, no screen
     assert format_tuning(cot)["confidence_tokens"] == 12  # the solution's first 12 tokens
-    assert format_tuning(cfg)["confidence_tokens"] == 0  # the whole (direct) answer
+    assert format_tuning(cfg)["confidence_tokens"] == 2  # the direct answer's first 2 tokens
+    # direct answers keep unpicked candidates while their features are cached (4 versions)
+    assert build_sampler(cfg, pool, None).args.shortlist_rounds == 4
+    assert build_sampler(cot, pool, None).args.shortlist_rounds == 0
+    off = with_values(cfg, **{"selection.ppm_shortlist": False})
+    assert build_sampler(off, pool, None).args.shortlist_rounds == 0
+    longer = with_values(cot, **{"selection.ppm_shortlist": True,
+                                 "selection.ppm_refresh_every": 6})  # fmt: skip
+    assert build_sampler(longer, pool, None).args.shortlist_rounds == 6
     assert format_tuning(with_values(cot, **{"selection.ppm_confidence_tokens": 48})) == (
         format_tuning(cot) | {"confidence_tokens": 48}
     )

@@ -263,7 +263,10 @@ class PredictiveSampler(PoolSampler):
         return (
             f"{min(len(self.pool), a.candidate_pool)} candidates scored a round, up to {most} "
             f"while informative ones are scarce; a shortfall filled by {a.fill}; uniform share "
-            f"{a.uniform_share:g}, explore share {a.explore_share:g}; the PPM starts from "
+            f"{a.uniform_share:g}, explore share {a.explore_share:g}; "
+            + (f"candidates not picked kept {a.shortlist_rounds} rounds; "
+               if a.shortlist_rounds else "")
+            + "the PPM starts from "
             + ("its features' own pass-rate estimate (zero-shot)"
                if getattr(self.ppm, "base", None) is not None else "a random network")
         )  # fmt: skip

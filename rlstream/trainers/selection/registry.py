@@ -74,13 +74,13 @@ def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
                    explore_share=tuning["explore_share"], hard_tilt=sel.ppm_hard_tilt,
                    prior_strength=sel.ppm_prior_strength, acquisition=sel.ppm_acquisition,
                    prior=sel.ppm_prior,
-                   shortlist_rounds=sel.ppm_refresh_every if sel.ppm_shortlist else 0)  # fmt: skip
+                   shortlist_rounds=tuning["shortlist"] and tuning["refresh_every"])  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder,
                                       pseudo_count=tuning["pseudo_count"],
                                       zero_shot=sel.ppm_zero_shot,
-                                      refresh_every=sel.ppm_refresh_every,
+                                      refresh_every=tuning["refresh_every"],
                                       confidence_tokens=tuning["confidence_tokens"])  # fmt: skip
     sampler.reads_policy = reads_policy(features)
     return sampler
@@ -89,7 +89,7 @@ def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
 def format_tuning(cfg) -> dict:
     """The PPM sampler's settings tuned by answer format (FORMAT_TUNING), each
     replaced where cfg.selection sets it: candidate_max, fill, explore_share, pseudo_count,
-    confidence_tokens."""
+    confidence_tokens, shortlist, refresh_every."""
     from rlstream.config.selection import FORMAT_TUNING
 
     sel, auto = cfg.selection, FORMAT_TUNING[cfg.data.format]
@@ -99,6 +99,8 @@ def format_tuning(cfg) -> dict:
         "explore_share": sel.ppm_explore_share,
         "pseudo_count": sel.ppm_pseudo_count,
         "confidence_tokens": sel.ppm_confidence_tokens or None,
+        "shortlist": sel.ppm_shortlist,
+        "refresh_every": sel.ppm_refresh_every or None,
     }
     return {k: auto[k] if v is None else v for k, v in given.items()}
 
