@@ -69,12 +69,13 @@ def _build(cfg, pool, policy, name, ppm_args, neighbourhood, embedder):
         return sampler
     tuning = format_tuning(cfg)
     sel = cfg.selection
+    shortlist_rounds = tuning["refresh_every"] if tuning["shortlist"] else 0
     args = replace(ppm_args or tuned_args(), candidate_pool=sel.ppm_candidates,
                    candidate_max=tuning["candidate_max"], fill=tuning["fill"],
                    explore_share=tuning["explore_share"], hard_tilt=sel.ppm_hard_tilt,
                    prior_strength=sel.ppm_prior_strength, acquisition=sel.ppm_acquisition,
                    prior=sel.ppm_prior,
-                   shortlist_rounds=tuning["shortlist"] and tuning["refresh_every"])  # fmt: skip
+                   shortlist_rounds=shortlist_rounds)  # fmt: skip
     sampler = make_policy_ppm_sampler(pool, cfg.seed, policy, features, args,
                                       cfg.rl.temperature, cfg.rl.max_new_tokens,
                                       neighbourhood=neighbourhood, embedder=embedder,
