@@ -38,6 +38,17 @@ def test_a_cluster_id_is_22_url_safe_characters_and_new_each_time():
         and a != b
         and set(a) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     )
+    # never an option to the format tool: one id in 64 would start with '-'
+    assert not any(cluster_id().startswith("-") for _ in range(2000))
+
+
+def test_the_format_command_passes_the_cluster_id_as_one_argument(tmp_path, monkeypatch):
+    from rlstream.ops.stack import kafka
+
+    monkeypatch.setattr(kafka, "classpath", lambda: "libs/*")
+    node = Node(1, 9092, 9093, tmp_path / "node-1")
+    cmd = kafka.format_storage(node, "-Qo6IxumSQ-V3LRSy1Od7A")
+    assert "--cluster-id=-Qo6IxumSQ-V3LRSy1Od7A" in cmd and "-t" not in cmd
 
 
 def test_producers_batch_and_are_idempotent_only_on_apache_kafka():

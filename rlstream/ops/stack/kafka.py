@@ -114,8 +114,13 @@ class Node:
 
 
 def cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, never starting
+    with '-' (as Kafka's own ids: one in 64 did, and `kafka-storage format -t -Qo6...` read it
+    as an option; CI's fresh stacks failed to format)."""
+    while True:
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not made.startswith("-"):
+            return made
 
 
 def replication(nodes: int) -> tuple[int, int]:
@@ -248,8 +253,9 @@ def format_storage(node: Node, cluster: str, scram_password: str | None = None) 
     """The command that formats a node's storage (once: a formatted node keeps its data), with
     the SCRAM user's credentials in the metadata when there is a password."""
     config = str(node.directory / "server.properties")
-    cmd = [java_binary(), "-cp", classpath(), "kafka.tools.StorageTool", "format", "-t",
-           cluster, "-c", config, "--ignore-formatted"]  # fmt: skip
+    # `--cluster-id=ID`: an id a stack made before the fix may start with '-'
+    cmd = [java_binary(), "-cp", classpath(), "kafka.tools.StorageTool", "format",
+           f"--cluster-id={cluster}", "-c", config, "--ignore-formatted"]  # fmt: skip
     if scram_password is not None:
         cmd += ["--add-scram", f"{SCRAM_MECHANISM}=[name={SCRAM_USER},password={scram_password}]"]
     return cmd
