@@ -103,6 +103,8 @@ class SharedPolicies:
         for path in self.directory.glob("version=*"):
             version = int(path.name.removeprefix("version=").removesuffix(".partial"))
             if not kept(version, newest, self.keep, self.every):
+                # rlstream.json first: a version deleted halfway reads as gone, never loaded
+                (path / POLICY_META).unlink(missing_ok=True)
                 shutil.rmtree(path, ignore_errors=True)
                 gone.append(version)
         return sorted(gone)
@@ -125,11 +127,19 @@ def preload() -> None:
 
 
 def fetch_policy(store: ObjectStore, uri: str, device: str = "cpu") -> Policy:
+    """The policy version at `uri`; FileNotFoundError when it is gone, also when the pruning
+    deletes it while it is read (CI: transformers, its files vanishing mid-load, took the path
+    for a hub repo id, and the worker crashed)."""
     if uri.startswith("file://"):  # a shared directory (loop.weight_sync): loaded in place
         directory = Path(uri.removeprefix("file://"))
         if not (directory / POLICY_META).is_file():
             raise FileNotFoundError(f"no policy version in {directory}")
-        return load_policy(directory, device)
+        try:
+            return load_policy(directory, device)
+        except OSError as exc:
+            if not (directory / POLICY_META).is_file() or not directory.is_dir():
+                raise FileNotFoundError(f"{directory} was pruned while it was read") from exc
+            raise
     with tempfile.TemporaryDirectory() as d:
         return load_policy(download_policy(store, uri, d), device)
 

@@ -112,3 +112,24 @@ def test_a_shared_directory_holds_whole_versions_loaded_in_place_and_pruned(tmp_
     assert kept == ["version=000000", "version=000003", "version=000004"]
     with pytest.raises(FileNotFoundError):  # pruned while announced: the follower skips it
         fetch_policy(None, uris[1])
+
+
+def test_a_version_pruned_while_it_is_loaded_reads_as_gone(tmp_path, monkeypatch):
+    """The trainer prunes a shared version while a follower reads it (CI: transformers took
+    the vanishing directory for a hub repo id and the rollout worker crashed): gone, as a
+    version pruned before the read is, and the follower tries another."""
+    from dataclasses import replace
+
+    from rlstream.streams import policystore
+
+    shared = policystore.SharedPolicies(tmp_path, "run-b", keep=1, every=0)
+    uri = shared.write(replace(build_policy(), version=3))
+    real = policystore.load_policy
+
+    def pruned_meanwhile(directory, device="cpu"):
+        shared.prune(5)  # the trainer published version 5 as this one is read
+        return real(directory, device)
+
+    monkeypatch.setattr(policystore, "load_policy", pruned_meanwhile)
+    with pytest.raises(FileNotFoundError, match="pruned while it was read"):
+        policystore.fetch_policy(None, uri)
