@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from rlstream.ops.launcher.live import resource_figures, slope_per_1k
+import subprocess
+import sys
+import time
+
+import psutil
+
+from rlstream.ops.launcher.live import resource_figures, rss_mb, slope_per_1k
 
 
 def test_the_slope_is_per_thousand_steps_and_needs_a_span():
@@ -30,3 +36,17 @@ def test_memory_is_traced_per_process_and_server_over_the_rl_phase():
     assert figures["rss_mb_slope_per_1k_steps"] == {"broker": 100.0, "trainer": 10.0}
     assert figures["checkpoint_bytes_end"] == 1000
     assert figures["checkpoint_bytes_slope_per_1k_steps"] == 0.0
+
+
+def test_a_server_that_exited_but_is_not_reaped_is_not_traced_at_zero():
+    """A zombie reads 0 bytes resident: the run's last memory figure must not be that 0."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert rss_mb({"broker": child.pid}) == {}
+        assert rss_mb({"me": psutil.Process().pid})["me"] > 10
+    finally:
+        child.wait()

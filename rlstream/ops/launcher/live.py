@@ -97,8 +97,8 @@ class ProcessUsage:
                 memory = proc.memory_full_info()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            if c.proc.poll() is not None:  # exited meanwhile: a zombie reads 0 bytes resident
-                continue
+            if c.proc.poll() is not None or not memory.rss:
+                continue  # exited meanwhile: a process past its exit holds no memory map (0 bytes)
             out[c.name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(memory.rss / 2**20, 1),
                            "pss_mb": round(memory.pss / 2**20, 1)}  # fmt: skip
         return out
@@ -111,9 +111,11 @@ def rss_mb(pids: dict[str, int]) -> dict[str, float]:
     out = {}
     for name, pid in pids.items():
         try:
-            out[name] = round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+            rss = psutil.Process(pid).memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        if rss:  # 0: exiting, its memory map already gone
+            out[name] = round(rss / 2**20, 1)
     return out
 
 
