@@ -21,7 +21,7 @@ if [ $# -eq 0 ]; then
   # the broker-sensitive part again on Apache Kafka (three-node behaviour: test_kafka.py above)
   RLSTREAM_STACK_BROKER=kafka python -m pytest -q tests/integration/test_consumers.py \
     tests/integration/test_publish_tail_replay.py tests/integration/test_cli.py \
-    tests/integration/test_user_data.py
+    tests/integration/test_user_data.py tests/integration/test_loop.py tests/integration/test_serve.py
   # the chaos short form on a three-node cluster, where it also kills a partition's leader
   RLSTREAM_STACK_BROKER=kafka RLSTREAM_STACK_NODES=3 python -m pytest -q \
     tests/integration/test_chaos.py
