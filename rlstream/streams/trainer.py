@@ -41,7 +41,6 @@ from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer
 from rlstream.connectors.objectstore import ObjectStore, PrefixStore, checkpoint_prefix
-from rlstream.schemas import get, rows_to_batch
 from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 from rlstream.streams.experience_checks import (
     EnvironmentBroken,
@@ -51,7 +50,13 @@ from rlstream.streams.experience_checks import (
     write_ledger,
 )
 from rlstream.streams.policystore import PolicyPruner, SharedPolicies, publish_policy
-from rlstream.streams.trainer_data import eval_rows, metric_rows, wait_for_dataset
+from rlstream.streams.trainer_data import (
+    eval_rows,
+    metric_rows,
+    send_eval_rows,
+    set_metric_gauges,
+    wait_for_dataset,
+)
 from rlstream.streams.trainer_rl import rl
 from rlstream.streams.trainer_summary import summarize
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
@@ -64,7 +69,6 @@ from rlstream.trainers.ranks import RANK_ENV, Ranks
 from rlstream.trainers.rl import Experience
 
 log = logging.getLogger(__name__)
-EVAL = get("eval_results")
 CHECKPOINT_SIZES_KEPT = 200  # (step, bytes) pairs in the summary (older ones thinned)
 PROGRESS_EVERY = 20
 """pre-training steps between loss figures on the events (and the first step's: the run's
@@ -167,25 +171,14 @@ class StreamTrainer:
         for name in ("greedy", "pass1"):
             if name in result:
                 prom.TRAINER_ACCURACY.labels(name).set(result[name])
-        version = self.state.version
-        await producer.send(
-            EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id, policy_version=version)
-        )
+        await send_eval_rows(producer, self.cfg, self.state.version, rows)
         return result
 
     async def emit_metrics(self, producer: EventProducer, phase: str, step: int, row: dict):
         """Training figures (losses, entropy, reward) as eval_results rows with task=phase."""
         rows = metric_rows(phase, step, row)
-        for r in rows:
-            if r["metric"].endswith("loss"):
-                prom.TRAINER_LOSS.labels(phase, r["metric"]).set(r["value"])
-            elif r["metric"] == "entropy":
-                prom.TRAINER_ENTROPY.set(r["value"])
-        if rows:
-            version = self.state.version
-            await producer.send(
-                EVAL, rows_to_batch(EVAL, rows, run_id=self.cfg.run_id, policy_version=version)
-            )
+        set_metric_gauges(phase, rows)
+        await send_eval_rows(producer, self.cfg, self.state.version, rows)
 
     async def announce(self, producer: EventProducer, phase: str = "rl", upload: bool = True):
         """Publish the current policy version (weights to S3 first unless upload=False, which
@@ -393,6 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     ranks = Ranks.from_env(rank, cfg.loop.trainer_ranks)
     if ranks is not None and not ranks.leader:
         follow_rank(cfg, ranks)
+        ranks.close()  # with rank 0's, once it has stopped the group
         return
     sandbox.configure(cfg.sandbox)  # held-out code prompts are graded in the sandbox
     try:
@@ -400,6 +394,8 @@ def main(argv: list[str] | None = None) -> None:
     except EnvironmentBroken as exc:
         print(f"{STOPPED_PREFIX}{exc}", flush=True)  # the supervisor reports this line
         sys.exit(EXIT_STOPPED)
+    if ranks is not None:
+        ranks.close()
     print(json.dumps(summary), flush=True)
 
 

@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import logging
 
+from rlstream import metrics as prom
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.kafka import EventProducer
@@ -17,7 +18,7 @@ from rlstream.schemas import get, make_event_id, rows_to_batch
 from rlstream.trainers.datasets import DatasetView
 
 log = logging.getLogger(__name__)
-PROMPTS, CORPUS = get("prompts"), get("corpus")
+PROMPTS, CORPUS, EVAL = get("prompts"), get("corpus"), get("eval_results")
 
 
 async def load_dataset(endpoints: Endpoints, cfg: Config) -> DatasetView:
@@ -64,6 +65,22 @@ def metric_rows(phase: str, step: int, row: dict) -> list[dict]:
         for k in METRIC_NAMES
         if k in row and row[k] == row[k]
     ]
+
+
+def set_metric_gauges(phase: str, rows: list[dict]) -> None:
+    """The trainer's loss and entropy gauges from a step's figures (`metric_rows`)."""
+    for r in rows:
+        if r["metric"].endswith("loss"):
+            prom.TRAINER_LOSS.labels(phase, r["metric"]).set(r["value"])
+        elif r["metric"] == "entropy":
+            prom.TRAINER_ENTROPY.set(r["value"])
+
+
+async def send_eval_rows(producer: EventProducer, cfg: Config, version: int, rows) -> None:
+    """Evaluation results or training figures, on rl.eval_results.v1 at policy `version`."""
+    if rows:
+        batch = rows_to_batch(EVAL, rows, run_id=cfg.run_id, policy_version=version)
+        await producer.send(EVAL, batch)
 
 
 def eval_rows(step: int, phase: str, result: dict, n: int) -> list[dict]:

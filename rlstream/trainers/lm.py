@@ -338,12 +338,16 @@ def prepare_transformers() -> None:
     policy version is loaded every RL step), and no scikit-learn: `transformers.generation`
     imports it (and scipy) when installed, for assisted decoding's confidence threshold only,
     which rlstream does not use; that import was a third of a rollout worker's start (1.1 s of
-    CPU of 3.8 for the model classes), paid again by every restarted process."""
+    CPU of 3.8 for the model classes), paid again by every restarted process. Nor
+    scipy.optimize, which `modeling_utils` imports for the object-detection losses only: 21 MiB
+    of private memory in each of the loop's four torch processes."""
     import transformers.utils
     from transformers.utils import logging as hf_logging
 
     if "transformers.generation.candidate_generator" not in sys.modules:
         transformers.utils.is_sklearn_available = lambda: False
+    if "transformers.loss.loss_utils" not in sys.modules:
+        transformers.utils.is_scipy_available = lambda: False
     hf_logging.disable_progress_bar()
 
 

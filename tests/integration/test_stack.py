@@ -7,9 +7,13 @@ import os
 import signal
 import time
 
+import pytest
+
 from rlstream.ops.stack import procs
 from rlstream.ops.stack.supervisor import read_state
 from tests.integration.conftest import cli
+
+pytestmark = pytest.mark.integration  # each test starts its own stack
 
 
 def _all_ports(state) -> set[int]:

@@ -48,6 +48,7 @@ def test_zero2_cpu_smoke():
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.slow  # the in-process loop on a DeepSpeed engine (~25 s with its first start)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_local_loop_on_deepspeed_checkpoints_and_resumes(tmp_path, algo):

@@ -101,8 +101,11 @@ def _spawn(tmp_path, algo: str, backend: str, mode: str = "train", world: int = 
     return [torch.load(tmp_path / f"{mode}-rank{r}.pt") for r in range(world)]
 
 
-@pytest.mark.parametrize(("algo", "backend"), [("grpo", "torch"), ("ppo", "torch"),
-                                               ("grpo", "deepspeed")])  # fmt: skip
+# DeepSpeed's ranks build its CPU op and start its engine (~35 s): the slow tier
+ZERO = pytest.param("grpo", "deepspeed", marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize(("algo", "backend"), [("grpo", "torch"), ("ppo", "torch"), ZERO])
 def test_two_ranks_take_the_step_one_process_takes_on_the_whole_batch(algo, backend, tmp_path):
     before = TrainState(_config(algo, "torch"), threads=1).model.state_dict()
     (alone,) = _spawn(tmp_path, algo, "torch", mode="alone", world=1)
@@ -117,6 +120,7 @@ def test_two_ranks_take_the_step_one_process_takes_on_the_whole_batch(algo, back
         assert drift < 0.05, drift
 
 
+@pytest.mark.slow  # two DeepSpeed engines, twice (~17 s)
 def test_a_zero_checkpoint_holds_every_ranks_partition_and_resumes_the_pair(tmp_path):
     straight = _spawn(tmp_path, "grpo", "deepspeed", "checkpoint")
     ck = torch.load(tmp_path / "checkpoint.pt", weights_only=False)

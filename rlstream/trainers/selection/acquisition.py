@@ -1,6 +1,6 @@
 """The predictive sampler's pure functions: how informative a group of G is expected to be at
-a predicted pass rate, per-family quotas of a batch, and a diverse pick (maximal marginal
-relevance)."""
+a predicted pass rate, how likely outcomes are under a prediction of a given strength,
+per-family quotas of a batch, and a diverse pick (maximal marginal relevance)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,22 @@ class Predictor(Protocol):
     def fit(self, steps: int | None = None) -> float: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
+
+
+def strength_loglik(pred, successes, attempts, strengths: np.ndarray) -> np.ndarray:
+    """(prompts, strengths): log P(s of n | prediction mu, prior strength k) under a
+    beta-binomial, log B(k mu + s, k (1 - mu) + n - s) - log B(k mu, k (1 - mu)), up to the
+    binomial coefficient (which does not depend on k).
+
+    >>> ll = strength_loglik([0.5], [2], [4], np.array([1.0, 100.0]))
+    >>> bool(ll[0, 1] > ll[0, 0])  # 2 of 4 at a prediction of 0.5: a strong prior fits best
+    True
+    """
+    mu = np.clip(np.asarray(pred, dtype=float), 1e-3, 1 - 1e-3)[:, None]
+    s = np.asarray(successes, dtype=float)[:, None]
+    n = np.asarray(attempts, dtype=float)[:, None]
+    k = strengths[None, :]
+    return betaln(k * mu + s, k * (1 - mu) + n - s) - betaln(k * mu, k * (1 - mu))
 
 
 def informativeness(theta: np.ndarray, group_size: int) -> np.ndarray:

@@ -36,7 +36,6 @@ Per step:
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import betaln
 
 from rlstream.registry import register_sampler
 from rlstream.trainers.envs import Prompt
@@ -46,6 +45,7 @@ from rlstream.trainers.selection.acquisition import (
     informativeness,
     mmr_select,
     stratum_quotas,
+    strength_loglik,
 )
 from rlstream.trainers.selection.base import GroupOutcome, PoolSampler
 from rlstream.trainers.selection.mopps import beta_mean_std
@@ -162,14 +162,9 @@ class PredictiveSampler(PoolSampler):
         return k * mu + self.own_s[sidx], k * (1 - mu) + self.own_f[sidx]
 
     def fold_strength(self, prompts: list[Prompt], pred: np.ndarray, successes, attempts):
-        """Add one step's outcomes to the strength likelihoods: log P(s of n | prediction mu,
-        strength k) = log B(k mu + s, k (1 - mu) + n - s) - log B(k mu, k (1 - mu)) per grid k
-        (the binomial coefficient does not depend on k)."""
-        mu = np.clip(np.asarray(pred, dtype=float), 1e-3, 1 - 1e-3)[:, None]
-        s = np.asarray(successes, dtype=float)[:, None]
-        n = np.asarray(attempts, dtype=float)[:, None]
-        k = STRENGTH_GRID[None, :]
-        ll = betaln(k * mu + s, k * (1 - mu) + n - s) - betaln(k * mu, k * (1 - mu))
+        """Add one step's outcomes to the strength likelihoods (decayed, per family and
+        pooled)."""
+        ll = strength_loglik(pred, successes, attempts, STRENGTH_GRID)
         d = self.args.fit_decay ** (len(prompts) / 32)
         for key in self.strength_ll:
             self.strength_ll[key] *= d
