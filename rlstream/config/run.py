@@ -80,6 +80,11 @@ class LoopConfig:
     """how policy versions reach the rollout workers: s3 (through the object store), or an
     absolute directory every process of the run sees (a shared volume): written there, loaded
     in place (the versions kept for good and the last still go to the store)"""
+    fork_server: bool = True
+    """fork the trainer ranks, the scheduler and the rollout workers from one process that has
+    imported torch and transformers (Linux), so the libraries' pages are shared rather than
+    held by each (docs/benchmarks.md: ~1 GB less for the default run); false: each process
+    starts and imports on its own"""
     session_timeout_ms: int = 6000
     """consumer-group session timeout"""
     max_restarts: int = 5

@@ -65,6 +65,15 @@ async def done(stream, event: ProcessedEvent) -> None:
     await stream.ack(event)
 
 
+class Worker(faust.Worker):
+    """faust's worker, keeping the process's command line: with setproctitle installed, faust
+    retitles it `[Faust:Worker] -init- ...`, which hides which of the run's processes it is
+    from `ps` and from the tools that find them by module (`rlstream chaos`)."""
+
+    def _setproctitle(self, info: str, *, ident: str = "") -> None:
+        return None
+
+
 def make_app(app_id: str, endpoints: Endpoints, **overrides) -> faust.App:
     """A faust app whose consumer group is `app_id`."""
     session_s = endpoints.session_timeout_ms / 1000

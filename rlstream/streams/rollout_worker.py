@@ -26,7 +26,7 @@ from rlstream import metrics, sandbox
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.schemas import DecodeError, get, rows_to_batch
-from rlstream.streams.app import Glue, make_app, raw_topic
+from rlstream.streams.app import Glue, Worker, make_app, raw_topic
 from rlstream.streams.policystore import PolicyFollower
 from rlstream.trainers.datasets import prompt_of_row, text_problem
 from rlstream.trainers.experience import MAX_GROUP_SIZE
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics.serve_from_env()
     sys.argv = sys.argv[:1]
     loglevel = os.environ.get("RLSTREAM_LOGLEVEL", "WARNING")  # INFO: rebalances, recoveries
-    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from rlstream import metrics, sandbox
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
-from rlstream.streams.app import Glue, make_app
+from rlstream.streams.app import Glue, Worker, make_app
 from rlstream.streams.processors import PROCESSORS, ProcessorConfig
 from rlstream.trainers.experience import RowLimits
 from rlstream.trainers.rewards import make_reward_fn
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     app = build(args.app_id, args.processors, cfg, endpoints)
     logging.basicConfig(level=args.loglevel)
     metrics.serve_from_env()
-    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
+    worker = Worker(app, loglevel=args.loglevel, quiet=True)
     sys.argv = sys.argv[:1]  # faust's Worker parses argv too
     worker.execute_from_commandline()
 

@@ -619,6 +619,9 @@ def test_ctrl_c_stops_the_run_its_children_and_its_embedded_stack_and_resume_fin
         modules = ("trainer", "scheduler", "worker", "rollout_worker")
         broker = "java" if os.environ.get("RLSTREAM_STACK_BROKER") == "kafka" else "tansu"
         assert {broker, "weed"} | {f"rlstream.streams.{m}" for m in modules} <= names, names
+        (server,) = [p for p in kids if _kind(p) == "rlstream.ops.launcher.forkserver"]
+        forked = {_kind(p) for p in server.children()}  # loop.fork_server: torch's processes
+        assert forked == {f"rlstream.streams.{m}" for m in modules if m != "worker"}, forked
         secret = json.loads((tmp_path / run_id / "stack" / "secrets.json").read_text())
         assert not any(secret["secret_key"] in " ".join(p.cmdline()) for p in kids)  # by env
         interrupted = time.monotonic()
@@ -650,7 +653,9 @@ def _kind(p) -> str:
     """A process's kind: its rlstream module, else its program's name (no version suffix)."""
     from pathlib import Path
 
-    cmd = p.cmdline()
+    from rlstream.ops.stack.procs import command_line
+
+    cmd = command_line(p)
     return next((a for a in cmd if a.startswith("rlstream.")), Path(cmd[0]).name.split("-")[0])
 
 

@@ -116,8 +116,10 @@ def _alive(p: psutil.Process) -> bool:
 
 def _name(p: psutil.Process) -> str:
     """A process's kind: its rlstream module, else its program (tansu, weed; no version)."""
+    from rlstream.ops.stack.procs import command_line
+
     try:
-        cmd = p.cmdline()
+        cmd = command_line(p)
     except psutil.NoSuchProcess:
         return f"pid {p.pid}"
     module = next((a for a in cmd if a.startswith("rlstream.")), None)

@@ -88,18 +88,18 @@ class ProcessUsage:
         import psutil
 
         out = {}
-        for c in sup.children:
-            if not (c.proc and c.proc.poll() is None):
+        for name, handle in sup.processes():
+            if not (handle and handle.poll() is None):
                 continue
             try:
-                proc = self._procs.setdefault(c.proc.pid, psutil.Process(c.proc.pid))
+                proc = self._procs.setdefault(handle.pid, psutil.Process(handle.pid))
                 cpu = proc.cpu_percent(None)  # the first call of a process says 0.0
                 memory = proc.memory_full_info()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            if c.proc.poll() is not None or not memory.rss:
+            if handle.poll() is not None or not memory.rss:
                 continue  # exited meanwhile: a process past its exit holds no memory map (0 bytes)
-            out[c.name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(memory.rss / 2**20, 1),
+            out[name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(memory.rss / 2**20, 1),
                            "pss_mb": round(memory.pss / 2**20, 1)}  # fmt: skip
         return out
 
@@ -231,9 +231,12 @@ def live_figures(cfg: Config, view, sup: Supervisor) -> dict:
         "messages_per_s": {t.split(".")[1]: r for t, r in view.rates.items() if r},
         "completions": dict(view.completions),
         "processes": {
-            c.name: {"alive": bool(c.proc and c.proc.poll() is None), "restarts": c.restarts}
-            for c in sup.children
-        },
+            name: {
+                "alive": bool(handle and handle.poll() is None),
+                "restarts": sup.restarts_of(name),
+            }
+            for name, handle in sup.processes()
+        },  # fmt: skip
         "evals": [
             {k: r[k] for k in ("step", "task", "metric", "value")} for r in view.evals[-2000:]
         ],

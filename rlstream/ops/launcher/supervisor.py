@@ -12,11 +12,14 @@ from pathlib import Path
 
 from rlstream.config import Config
 from rlstream.connectors.endpoints import Endpoints
+from rlstream.ops.launcher.forkserver import Forked, ForkServer, ForkServerError
 from rlstream.ops.stack import procs
 from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 from rlstream.trainers.ranks import PORT_ENV, WORLD_ENV
 
+FORK_SERVER = "fork-server"  # its name among the run's processes
 STOP_GRACE_S = 5.0  # children get this long after SIGTERM (the trainer saves; the scheduler
+# flushes Qdrant) before SIGKILL; they stop together, so Ctrl-C ends a run within it
 
 
 @dataclass
@@ -24,7 +27,7 @@ class Child:
     name: str
     argv: list[str]
     log: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | Forked | None = None
     metrics_port: int = 0
     restarts: int = 0
     finished: bool = False
@@ -44,6 +47,8 @@ class Supervisor:
     workers: int = 2
     children: list[Child] = field(default_factory=list)
     stopped: str | None = None  # why a child stopped the run on purpose
+    fork_server: ForkServer | None = None  # forks the torch processes (loop.fork_server)
+    notes: list[str] = field(default_factory=list)  # news for the next poll
 
     def __post_init__(self) -> None:
         py, cfg = sys.executable, str(self.cfg_path)
@@ -79,6 +84,22 @@ class Supervisor:
             for (n, a), port in zip(specs, ports, strict=True)
         ]
         self._rendezvous()
+        if run.loop.fork_server and sys.platform == "linux":
+            forked = sorted({c.argv[2] for c in self.children if c.name != "processors"})
+            self.fork_server = ForkServer(self.log_dir, run.model.path, self.env, forked)
+
+    def processes(self) -> list[tuple[str, object]]:
+        """(name, process handle) of every process the supervisor started: its children and,
+        where it forks them, the fork server (whose share of the libraries' pages is theirs)."""
+        found: list[tuple[str, object]] = [(c.name, c.proc) for c in self.children]
+        if self.fork_server is not None and self.fork_server.proc is not None:
+            found.append((FORK_SERVER, self.fork_server.proc))
+        return found
+
+    def restarts_of(self, name: str) -> int:
+        if name == FORK_SERVER and self.fork_server is not None:
+            return max(self.fork_server.starts - 1, 0)
+        return next((c.restarts for c in self.children if c.name == name), 0)
 
     def trainer_ranks(self) -> list[Child]:
         return self.children[: self.ranks]
@@ -142,11 +163,17 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         env = self.env | child.env | {"RLSTREAM_METRICS_PORT": str(child.metrics_port)}
+        if self.fork_server is not None and child.name != "processors":  # torch's processes
+            try:
+                child.proc = self.fork_server.spawn(child.argv, log=child.log, env=env)
+                return
+            except ForkServerError as e:  # the process starts on its own, as without one
+                self.notes.append(f"{child.name} started without the fork server: {e}")
         child.proc = procs.spawn(child.argv, log=child.log, env=env)
 
     def poll(self) -> list[str]:
         """Restart crashed children; return events worth telling the user."""
-        news = []
+        news, self.notes = self.notes, []
         for child in self.children:
             code = child.proc.poll() if child.proc else None
             if code is None or child.finished:
@@ -201,6 +228,8 @@ class Supervisor:
         Ctrl-C while waiting kills them at once)."""
         alive = [c.proc.pid for c in self.children if c.proc and c.proc.poll() is None]
         procs.terminate_all(alive, timeout_s=STOP_GRACE_S)
+        if self.fork_server is not None:
+            self.fork_server.close()
 
 
 def stop_reason(log: Path) -> str | None:

@@ -154,10 +154,12 @@ def pid_of(run_pid: int, name: str) -> int:
     children of the `rlstream run` process `run_pid` (never another run's, whatever its id)."""
     import psutil
 
+    from rlstream.ops.stack.procs import command_line
+
     module = MODULES.get(name.split("-")[0], "rlstream.streams.rollout_worker")
     for p in psutil.Process(run_pid).children(recursive=True):
         try:
-            cmd = p.cmdline()
+            cmd = command_line(p)
             if module not in cmd or p.status() == psutil.STATUS_ZOMBIE:
                 continue
         except psutil.NoSuchProcess:

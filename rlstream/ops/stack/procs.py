@@ -71,6 +71,13 @@ def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.2) -> boo
         return False
 
 
+def command_line(proc: psutil.Process) -> list[str]:
+    """A process's arguments, also for one that set its title (a fork server's child: one
+    string, padded with NULs); psutil.NoSuchProcess if it is gone."""
+    args = [a for a in proc.cmdline() if a]
+    return args[0].split() if len(args) == 1 else args
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: the kernel sends SIGKILL when the parent dies (Linux)."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -78,7 +85,12 @@ def _die_with_parent() -> None:
 
 
 def spawn(
-    cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None, own_group: bool = False
+    cmd: Sequence[str],
+    *,
+    log: Path,
+    env: dict[str, str] | None = None,
+    own_group: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen:
     """Start a server that cannot outlive this process, even if this process is SIGKILLed.
 
@@ -89,6 +101,7 @@ def spawn(
     `own_group`: in a process group of its own, so a terminal's Ctrl-C (SIGINT to the
     foreground group) reaches only this process, which stops the server when it is time: a
     stack's servers outlive the processes that still use them by the moments those need.
+    `pass_fds`: descriptors the process inherits (a socket to talk to it).
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
@@ -100,6 +113,7 @@ def spawn(
             env={**os.environ, **(env or {})},
             preexec_fn=_die_with_parent,
             process_group=0 if own_group else None,
+            pass_fds=pass_fds,
         )
 
 
