@@ -19,8 +19,9 @@ from pathlib import Path
 
 import psutil
 
-ROLES = ("rlstream.streams.trainer", "rlstream.streams.scheduler", "rlstream.streams.worker",
-         "rlstream.streams.rollout_worker", "weed", "tansu", "kafka.Kafka")  # fmt: skip
+ROLES = ("rlstream.ops.launcher.forkserver", "rlstream.streams.trainer",
+         "rlstream.streams.scheduler", "rlstream.streams.worker", "rlstream.streams.rollout_worker",
+         "weed", "tansu", "kafka.Kafka")  # fmt: skip  (the fork server's line names the others)
 
 
 def role(proc: psutil.Process) -> str | None:

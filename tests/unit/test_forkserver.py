@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from rlstream.ops.launcher.forkserver import ForkServer, top_level_imports
+from rlstream.ops.launcher.forkserver import ForkServer, ForkServerError, top_level_imports
 from rlstream.ops.stack.procs import command_line
 
 PROBE = """
@@ -86,3 +86,13 @@ def test_top_level_imports_reads_the_source():
     found = top_level_imports("rlstream.ops.launcher.forkserver")
     assert "json" in found and "socket" in found
     assert "runpy" not in found  # imported inside a function
+
+
+def test_a_server_that_cannot_start_says_where_its_log_is(tmp_path):
+    (tmp_path / "broken_child.py").write_text("import no_such_module_anywhere\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    fork = ForkServer(tmp_path / "logs", "tiny", env, ["broken_child"])
+    with pytest.raises(ForkServerError, match="forkserver.log"):
+        fork.spawn(_argv("0"), tmp_path / "c.log", dict(os.environ))
+    assert "no_such_module_anywhere" in (tmp_path / "logs" / "forkserver.log").read_text()
+    fork.close()

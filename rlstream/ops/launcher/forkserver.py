@@ -29,6 +29,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -196,8 +197,8 @@ def main() -> None:
 class Forked:
     """A child of the fork server, handled as `subprocess.Popen` handles its own."""
 
-    def __init__(self, server: ForkServer, pid: int):
-        self.server, self.pid, self.returncode = server, pid, None
+    def __init__(self, server: ForkServer, pid: int, args: list[str]):
+        self.server, self.pid, self.args, self.returncode = server, pid, args, None
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -208,7 +209,7 @@ class Forked:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"process {self.pid} still running after {timeout} s")
+                raise subprocess.TimeoutExpired(self.args, timeout)
             time.sleep(0.05)
         return self.returncode
 
@@ -280,7 +281,7 @@ class ForkServer:
         if reply is None or "pid" not in reply:
             raise ForkServerError(f"the fork server did not fork: {reply}")
         self._children.add(reply["pid"])
-        return Forked(self, reply["pid"])
+        return Forked(self, reply["pid"], argv)
 
     def exit_code(self, pid: int) -> int | None:
         if self._conn is not None:

@@ -160,7 +160,7 @@ def pid_of(run_pid: int, name: str) -> int:
     for p in psutil.Process(run_pid).children(recursive=True):
         try:
             cmd = command_line(p)
-            if module not in cmd or p.status() == psutil.STATUS_ZOMBIE:
+            if cmd[1:3] != ["-m", module] or p.status() == psutil.STATUS_ZOMBIE:
                 continue
         except psutil.NoSuchProcess:
             continue
