@@ -19,9 +19,16 @@ from pathlib import Path
 
 import psutil
 
-ROLES = ("rlstream.ops.launcher.forkserver", "rlstream.streams.trainer",
-         "rlstream.streams.scheduler", "rlstream.streams.worker", "rlstream.streams.rollout_worker",
-         "weed", "tansu", "kafka.Kafka")  # fmt: skip  (the fork server's line names the others)
+ROLES = (
+    "rlstream.ops.launcher.forkserver",
+    "rlstream.streams.trainer",
+    "rlstream.streams.scheduler",
+    "rlstream.streams.worker",
+    "rlstream.streams.rollout_worker",
+    "weed",
+    "tansu",
+    "kafka.Kafka",
+)  # the fork server first: its command line names the others
 
 
 def role(proc: psutil.Process) -> str | None:
