@@ -82,6 +82,14 @@ def test_a_dead_server_takes_its_children_and_is_started_again(server, tmp_path)
     assert server.starts == 2
 
 
+def test_every_preset_has_its_model_family():
+    from rlstream.config.modelpath import PRESET_NAMES
+    from rlstream.ops.launcher.forkserver import FAMILY, model_family
+
+    assert set(FAMILY) == set(PRESET_NAMES)
+    assert model_family("preset:tiny-llama") == "llama"
+
+
 def test_top_level_imports_reads_the_source():
     found = top_level_imports("rlstream.ops.launcher.forkserver")
     assert "json" in found and "socket" in found

@@ -4,8 +4,8 @@ the libraries' pages (~420 MiB a process, most of it the CUDA libraries' relocat
 once at load) stay shared instead of being copied into each process. Android's zygote and
 `multiprocessing`'s forkserver do the same.
 
-The server imports no torch op's worth of state: nothing runs, so no thread pool exists yet
-(a fork copies only the thread that calls it) and it refuses to serve if a thread was started.
+The server only imports: it runs no torch op, so no thread pool exists yet (a fork copies only
+the thread that calls it), and it refuses to serve if an import started a thread.
 It is the parent of every process it forks: it reaps them and reports each exit code to the
 supervisor, which holds a `Forked` handle per child (a `subprocess.Popen`'s poll, wait,
 terminate and kill). A forked child dies with the server (parent-death signal) as the server
@@ -14,8 +14,8 @@ a server that died, and the children with it.
 
 Protocol, one JSON object a line over a socket pair: the server says `{"ready"}` once it has
 imported everything; the supervisor sends `{"module", "args", "argv", "env", "log"}`; the
-server answers `{"pid"}`, and
-`{"exit": pid, "code": c}` whenever a child ends (c < 0: killed by signal -c, as Popen says).
+server answers `{"pid"}`, and `{"exit": pid, "code": c}` whenever a child ends (c < 0: killed
+by signal -c, as Popen says).
 """
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ def serve(fd: int, model_path: str, modules: list[str]) -> dict | None:
     only in a forked child (the caller runs it, out of every frame of the server's)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is for the children; the supervisor
     # stops the server after them
+    # an import that asks whether CUDA is there asks NVML, not the CUDA runtime: a process
+    # that initialised the runtime cannot fork children that use CUDA
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     gc.disable()  # no collection leaves freed holes between the imports' objects, and
     preload(model_path, modules)
     gc.freeze()  # no collection in a child writes to their headers: their pages stay shared
