@@ -100,7 +100,7 @@ class ProcessUsage:
             if handle.poll() is not None or not memory.rss:
                 continue  # exited meanwhile: a process past its exit holds no memory map (0 bytes)
             out[name] = {"cpu_percent": round(cpu, 1), "rss_mb": round(memory.rss / 2**20, 1),
-                           "pss_mb": round(memory.pss / 2**20, 1)}  # fmt: skip
+                         "pss_mb": round(memory.pss / 2**20, 1)}  # fmt: skip
         return out
 
 
@@ -236,7 +236,7 @@ def live_figures(cfg: Config, view, sup: Supervisor) -> dict:
                 "restarts": sup.restarts_of(name),
             }
             for name, handle in sup.processes()
-        },  # fmt: skip
+        },
         "evals": [
             {k: r[k] for k in ("step", "task", "metric", "value")} for r in view.evals[-2000:]
         ],

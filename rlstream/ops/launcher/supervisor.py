@@ -1,5 +1,6 @@
-"""The loop's processes as supervised children: started with the run's endpoints, restarted
-when they crash (each resumes from its checkpoint or its committed offsets), stopped together."""
+"""The loop's processes as supervised children: started with the run's endpoints (the torch
+processes forked from the fork server, `forkserver.py`), restarted when they crash (each
+resumes from its checkpoint or its committed offsets), stopped together."""
 
 from __future__ import annotations
 
