@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 import time
 
@@ -17,6 +19,7 @@ import pytest
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.ops.launcher.figures import _run_rows
+from rlstream.ops.reliability.chaos_faults import pid_of
 from rlstream.streams.experience_checks import ledger_prefix
 from tests.integration.conftest import RLSTREAM
 from tests.integration.test_environments import FAILS, FLAKY
@@ -89,7 +92,7 @@ def remote_run(stack_home, tmp_path_factory):
     prompts = out / "remote.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = out / "summary.json"
-    args = [*RLSTREAM, "run", "--prompts", str(prompts), "--run-id", RUN, "--rl-steps", "6",
+    args = [*RLSTREAM, "run", "--prompts", str(prompts), "--run-id", RUN, "--rl-steps", "8",
             "--sampler", "uniform", "--out", str(out), "--summary", str(summary),
             "--set", "pretrain.max_steps=30", "--set", "pretrain.batch=32",
             "--set", "eval.prompts=4", "--set", "eval.interval=3", "--set", "prompts_per_step=4",
@@ -104,12 +107,20 @@ def remote_run(stack_home, tmp_path_factory):
             if asyncio.run(_run_rows(Endpoints.from_env(), "rollouts", RUN)):
                 break
             time.sleep(0.5)
-        servers["calculator"].kill()  # mid-run: its sessions drop, new ones are refused
-        servers["calculator"].wait()
-        time.sleep(4)
-        servers["calculator"] = start(serve, out / "calculator-2.log")
-        wait_for_port(ports["calculator"], servers["calculator"], out / "calculator-2.log")
-        restarted_at = time.time()
+        # the scheduler is paused while the server is down: the episodes in flight fail, and
+        # what it issues after the restart is played by the restarted server, however fast
+        # the run went meanwhile
+        scheduler = pid_of(run.pid, "scheduler")
+        os.kill(scheduler, signal.SIGSTOP)
+        try:
+            servers["calculator"].kill()  # mid-run: its sessions drop, new ones are refused
+            servers["calculator"].wait()
+            time.sleep(4)
+            servers["calculator"] = start(serve, out / "calculator-2.log")
+            wait_for_port(ports["calculator"], servers["calculator"], out / "calculator-2.log")
+            restarted_at = time.time()
+        finally:
+            os.kill(scheduler, signal.SIGCONT)
         run.wait(timeout=700)
     finally:
         run.kill()
@@ -162,7 +173,7 @@ def test_a_killed_environment_server_fails_its_episodes_and_the_run_trains_on(re
     after = [r for r in experience if r["prompt_id"].startswith("calc")
              and r["produced_at"].timestamp() > restarted_at]  # fmt: skip
     assert after, "nothing was trained from the restarted server"
-    assert figures["rl_steps"] == 6
+    assert figures["rl_steps"] == 8
 
 
 def test_a_failing_environment_is_dead_lettered_by_kind_and_never_trained(remote_run):
