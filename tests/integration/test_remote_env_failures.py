@@ -18,6 +18,7 @@ import pytest
 
 from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
+from rlstream.ops.launcher.childrun import Live
 from rlstream.ops.launcher.figures import _run_rows
 from rlstream.ops.reliability.chaos_faults import pid_of
 from rlstream.streams.experience_checks import ledger_prefix
@@ -92,7 +93,7 @@ def remote_run(stack_home, tmp_path_factory):
     prompts = out / "remote.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = out / "summary.json"
-    args = [*RLSTREAM, "run", "--prompts", str(prompts), "--run-id", RUN, "--rl-steps", "8",
+    args = [*RLSTREAM, "run", "--prompts", str(prompts), "--run-id", RUN, "--rl-steps", "10",
             "--sampler", "uniform", "--out", str(out), "--summary", str(summary),
             "--set", "pretrain.max_steps=30", "--set", "pretrain.batch=32",
             "--set", "eval.prompts=4", "--set", "eval.interval=3", "--set", "prompts_per_step=4",
@@ -101,26 +102,23 @@ def remote_run(stack_home, tmp_path_factory):
     log = out / "run.log"
     run = start(args, log)
     restarted_at = None
+    live = Live(out / RUN / "live.json")
     try:
-        deadline = time.monotonic() + 500
-        while time.monotonic() < deadline and run.poll() is None:
-            if asyncio.run(_run_rows(Endpoints.from_env(), "rollouts", RUN)):
-                break
-            time.sleep(0.5)
-        # the scheduler is paused while the server is down: the episodes in flight fail, and
-        # what it issues after the restart is played by the restarted server, however fast
-        # the run went meanwhile
-        scheduler = pid_of(run.pid, "scheduler")
-        os.kill(scheduler, signal.SIGSTOP)
+        _wait(lambda: live.phase() == "rl" or run.poll() is not None, 500, "the RL phase")
+        # the trainer is paused while the calculator server is down: the scheduler issues what
+        # it may ahead of the trainer, the episodes the server would play fail, and the rest
+        # of the run's requests come after the restart, however fast the loop goes
+        trainer = pid_of(run.pid, "trainer")
+        os.kill(trainer, signal.SIGSTOP)
         try:
             servers["calculator"].kill()  # mid-run: its sessions drop, new ones are refused
             servers["calculator"].wait()
-            time.sleep(4)
+            _wait(_calc_failures, 300, "a calculator episode failed")
             servers["calculator"] = start(serve, out / "calculator-2.log")
             wait_for_port(ports["calculator"], servers["calculator"], out / "calculator-2.log")
             restarted_at = time.time()
         finally:
-            os.kill(scheduler, signal.SIGCONT)
+            os.kill(trainer, signal.SIGCONT)
         run.wait(timeout=700)
     finally:
         run.kill()
@@ -128,6 +126,23 @@ def remote_run(stack_home, tmp_path_factory):
             server.kill()
     assert run.returncode == 0, log.read_text()[-3000:]
     return json.loads(summary.read_text()), restarted_at
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s:.0f} s"
+        time.sleep(0.5)
+
+
+def _calc_failures() -> list[dict]:
+    """The calculator episodes dead-lettered as env_closed (its server down) so far."""
+    endpoints = Endpoints.from_env()
+    prompt_of = {r["request_id"]: r["prompt_id"]
+                 for r in asyncio.run(_run_rows(endpoints, "rollout_requests", RUN))}  # fmt: skip
+    return [letter for letter in asyncio.run(_run_rows(endpoints, "dead_letters", RUN))
+            if letter["error_kind"] == "env_closed"
+            and prompt_of.get(letter["reason"].split()[1], "").startswith("calc")]  # fmt: skip
 
 
 def _episode_failures(endpoints) -> dict[str, set[str]]:
@@ -162,18 +177,12 @@ def test_a_killed_environment_server_fails_its_episodes_and_the_run_trains_on(re
     failed = {prompt_of[e["request_id"]] for e in ledger if e["outcome"] == "env_failed"}
     assert trained and all(p.startswith(("calc", "fine")) for p in trained)  # never a broken one's
     assert {p.split("-")[0] for p in failed} >= {"garbage", "hangup"}
-    letters = asyncio.run(_run_rows(endpoints, "dead_letters", RUN))
-    calc_closed = [
-        letter for letter in letters
-        if letter["error_kind"] == "env_closed"
-        and prompt_of.get(letter["reason"].split()[1], "").startswith("calc")
-    ]  # fmt: skip
-    assert calc_closed, "no calculator episode failed while its server was down"
+    assert _calc_failures(), "no calculator episode failed while its server was down"
     experience = asyncio.run(_run_rows(endpoints, "experience", RUN))
     after = [r for r in experience if r["prompt_id"].startswith("calc")
              and r["produced_at"].timestamp() > restarted_at]  # fmt: skip
     assert after, "nothing was trained from the restarted server"
-    assert figures["rl_steps"] == 8
+    assert figures["rl_steps"] == 10
 
 
 def test_a_failing_environment_is_dead_lettered_by_kind_and_never_trained(remote_run):
