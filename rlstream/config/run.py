@@ -83,7 +83,7 @@ class LoopConfig:
     fork_server: bool = True
     """fork the trainer ranks, the scheduler and the rollout workers from one process that has
     imported torch and transformers (Linux), so the libraries' pages are shared rather than
-    held by each (docs/benchmarks.md: ~1 GB less for the default run); false: each process
+    held by each (docs/benchmarks.md: 0.8 GB less for the default run); false: each process
     starts and imports on its own"""
     session_timeout_ms: int = 6000
     """consumer-group session timeout"""
