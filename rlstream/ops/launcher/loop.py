@@ -80,7 +80,7 @@ def run_loop(
         if endpoints.prometheus_targets:
             scraped = Path(endpoints.prometheus_targets) / f"{cfg.run_id}.json"
 
-        def write_targets() -> None:  # where each process serves its metrics (again on scaling)
+        def write_targets() -> None:  # where each process serves its metrics (as they start)
             (out / "metrics.json").write_text(json.dumps(sup.metrics_endpoints(), indent=2))
             targets = metrics.file_sd_targets(sup.metrics_endpoints(), cfg.run_id)
             (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=2))
@@ -109,6 +109,8 @@ def run_loop(
                 sup.start()
             if scaling is not None and (said := scaling.tick(watcher.view.rl_step)):
                 news.append(said)
+            if sup.ports_moved:  # a process started (or restarted) on a port of its own
+                sup.ports_moved = False
                 write_targets()
             live.write(watcher.view, sup)
             if time.monotonic() - tracked["at"] > TRACK_EVERY_S:

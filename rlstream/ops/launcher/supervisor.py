@@ -29,7 +29,7 @@ class Child:
     argv: list[str]
     log: Path
     proc: subprocess.Popen | Forked | None = None
-    metrics_port: int = 0
+    metrics_port: int = 0  # chosen when it starts (and again when another took it meanwhile)
     restarts: int = 0
     finished: bool = False
     retired: bool = False  # a rollout worker scaled away: stopped on purpose, not restarted
@@ -47,9 +47,10 @@ class Supervisor:
     log_dir: Path
     workers: int = 2
     children: list[Child] = field(default_factory=list)
-    stopped: str | None = None  # why a child stopped the run on purpose
+    stopped: str | None = None  # why the run stopped early: on purpose, or a crash loop
     fork_server: ForkServer | None = None  # forks the torch processes (loop.fork_server)
     notes: list[str] = field(default_factory=list)  # news for the next poll
+    ports_moved: bool = False  # a child serves its metrics on a new port: targets to rewrite
 
     def __post_init__(self) -> None:
         py, cfg = sys.executable, str(self.cfg_path)
@@ -79,11 +80,7 @@ class Supervisor:
                 ],
             ),
         ] + [self._worker_spec(i) for i in range(1, self.workers + 1)]
-        ports = procs.free_ports(len(specs))
-        self.children = [
-            Child(n, a, self.log_dir / f"{n}.log", metrics_port=port)
-            for (n, a), port in zip(specs, ports, strict=True)
-        ]
+        self.children = [Child(n, a, self.log_dir / f"{n}.log") for n, a in specs]
         self._rendezvous()
         if run.loop.fork_server and sys.platform == "linux":
             forked = sorted({c.argv[2] for c in self.children if c.name != "processors"})
@@ -127,8 +124,7 @@ class Supervisor:
         """Start one more rollout worker (the next number; it joins the consumer group)."""
         i = max((int(c.name.split("-")[1]) for c in self.rollout_children()), default=0) + 1
         name, argv = self._worker_spec(i)
-        (port,) = procs.free_ports(1)
-        child = Child(name, argv, self.log_dir / f"{name}.log", metrics_port=port)
+        child = Child(name, argv, self.log_dir / f"{name}.log")
         self.children.append(child)
         self._spawn(child)
         return name
@@ -146,8 +142,12 @@ class Supervisor:
         return child.name
 
     def metrics_endpoints(self) -> dict[str, str]:
-        """Where each process serves its Prometheus metrics."""
-        return {c.name: f"http://127.0.0.1:{c.metrics_port}/metrics" for c in self.children}
+        """Where each process started so far serves its Prometheus metrics."""
+        return {
+            c.name: f"http://127.0.0.1:{c.metrics_port}/metrics"
+            for c in self.children
+            if c.metrics_port
+        }
 
     def _group(self, role: str) -> str:
         return Config.read(self.cfg_path).group(role)
@@ -163,6 +163,12 @@ class Supervisor:
         return all(c.proc is not None for c in self.children)
 
     def _spawn(self, child: Child) -> None:
+        # A port picked long before the start (or the last start) may be another process's by
+        # now, a client connection's local port as well: a child that cannot bind it would
+        # crash at every restart, so each start checks it and picks a new one if it was taken.
+        if not child.metrics_port or not procs.port_free(child.metrics_port):
+            (child.metrics_port,) = procs.free_ports(1)
+            self.ports_moved = True
         env = self.env | child.env | {"RLSTREAM_METRICS_PORT": str(child.metrics_port)}
         if self.fork_server is not None and child.name != "processors":  # torch's processes
             try:
@@ -203,8 +209,11 @@ class Supervisor:
                     self._spawn(child)
             else:
                 child.finished = True
-                news.append(f"{child.name} crashed {len(child.crashes)} times in "
-                            f"{self.window_s:.0f} s; giving up (log: {child.log})")  # fmt: skip
+                said = (f"{child.name} crashed {len(child.crashes)} times in "
+                        f"{self.window_s:.0f} s; giving up (log: {child.log})")  # fmt: skip
+                news.append(said)
+                if child not in self.rollout_children() or not self.live_workers():
+                    self.stopped = said  # the run cannot go on without it: it ends here
         return news
 
     def _restart_ranks(self) -> str:
@@ -258,7 +267,9 @@ def child_env(endpoints: Endpoints, cfg: Config, run_dir: Path | None = None) ->
 
 
 def wait_for_trainer(sup: Supervisor, on_tick, timeout_s: float) -> bool:
-    """Supervise until the trainer exits cleanly; on_tick(news) drives the live view."""
+    """Supervise until the trainer exits cleanly (True), or it stopped the run, a process the
+    run needs crashed too often or the time ran out (False); on_tick(news) drives the live
+    view."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         news = sup.poll()
@@ -266,5 +277,7 @@ def wait_for_trainer(sup: Supervisor, on_tick, timeout_s: float) -> bool:
         trainer = sup.trainer()
         if trainer.finished:
             return trainer.proc.returncode == 0
+        if sup.stopped:  # the trainer would wait for experience that never comes
+            return False
         time.sleep(0.5)
     return False

@@ -63,6 +63,19 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could bind `port` now (nothing listens there and no connection holds it
+    as its local port; with SO_REUSEADDR, as Python's HTTP servers bind, so the closed
+    connections of a server that exited do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.2) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
