@@ -16,13 +16,15 @@ fi
 ruff check rlstream tests
 ruff format --check rlstream tests
 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"  # broken links fail the build
-python -m pytest "$@"
+# two workers, a file at a time each (a file's tests share its live run), the longest files
+# first (tests/conftest.py); each worker brings up its own embedded stack
+PARALLEL=(-n "${RLSTREAM_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
+python -m pytest "${PARALLEL[@]}" "$@"
 if [ $# -eq 0 ]; then
-  # the broker-sensitive part again on Apache Kafka (three-node behaviour: test_kafka.py above)
-  RLSTREAM_STACK_BROKER=kafka python -m pytest -q tests/integration/test_consumers.py \
-    tests/integration/test_publish_tail_replay.py tests/integration/test_cli.py \
-    tests/integration/test_user_data.py tests/integration/test_loop.py tests/integration/test_serve.py
-  # the chaos short form on a three-node cluster, where it also kills a partition's leader
-  RLSTREAM_STACK_BROKER=kafka RLSTREAM_STACK_NODES=3 python -m pytest -q \
-    tests/integration/test_chaos.py
+  # the broker-sensitive part again on Apache Kafka, and the chaos short form on a three-node
+  # Kafka cluster, where it also kills a partition's leader (three-node behaviour: test_kafka.py)
+  RLSTREAM_STACK_BROKER=kafka python -m pytest -q "${PARALLEL[@]}" tests/integration/test_chaos.py \
+    tests/integration/test_consumers.py tests/integration/test_publish_tail_replay.py \
+    tests/integration/test_cli.py tests/integration/test_user_data.py \
+    tests/integration/test_loop.py tests/integration/test_serve.py
 fi

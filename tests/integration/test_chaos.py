@@ -2,14 +2,14 @@
 injects one fault of every kind — SIGKILL of the trainer (also mid-checkpoint), the scheduler,
 the processors and a rollout worker; SIGSTOP of a rollout worker past its session timeout; the
 S3 server stopped and restarted; Qdrant unavailable; the environment server the calculator's
-episodes play on SIGKILLed and restarted; on a three-node Kafka cluster (the test command's
-Kafka pass) the node that leads a partition of the experience topic SIGKILLed — then audits the
-run by event id. `kill:broker` (a durable stack) is left to the benchmark: once in about a
-dozen broker kills the run's own live view stopped following the topics (the loop trained on),
-and the run then timed out waiting for a recovery it could not see. This replaced one run per
-killed process; the processors' kill is the regression test of the half-joined groups a
-restarted assembler lost (its changelog writes had not reached the broker when its offsets were
-committed)."""
+episodes play on SIGKILLed and restarted; on Kafka (the test command's Kafka pass) the run's
+stack is a three-node cluster and the node that leads a partition of the experience topic is
+SIGKILLed too — then audits the run by event id. `kill:broker` (a durable stack) is left to the
+benchmark: once in about a dozen broker kills the run's own live view stopped following the
+topics (the loop trained on), and the run then timed out waiting for a recovery it could not
+see. This replaced one run per killed process; the processors' kill is the regression test of
+the half-joined groups a restarted assembler lost (its changelog writes had not reached the
+broker when its offsets were committed)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tests.integration.conftest import cli
 from tests.integration.test_loop import SMALL
 
 pytestmark = pytest.mark.integration
-CLUSTER = broker_choice() == ("kafka", 3)  # the test command's Kafka pass: kill:leader too
+CLUSTER = broker_choice()[0] == "kafka"  # the test command's Kafka pass: three nodes, kill:leader
 KINDS = tuple(
     k
     for k in FAULT_KINDS
@@ -45,7 +45,7 @@ def chaos_run(tmp_path_factory):
         "--run-id", "chaos-it", "--out", str(out),
         "--summary", str(summary), *SMALL, "--set", "checkpoint.every=2",
         "--set", "data.tasks=add,sub,calc", "--env-down-s", "4",
-        timeout=1500, check=False,
+        timeout=1500, check=False, env={"RLSTREAM_STACK_NODES": "3"} if CLUSTER else None,
     )  # fmt: skip
     assert summary.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(summary.read_text()), out / "chaos-it", result
