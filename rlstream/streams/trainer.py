@@ -45,7 +45,6 @@ from rlstream.streams import EXIT_STOPPED, STOPPED_PREFIX
 from rlstream.streams.experience_checks import (
     EnvironmentBroken,
     VersionWindow,
-    check_environment,
     ledger_entry,
     write_ledger,
 )
@@ -57,6 +56,7 @@ from rlstream.streams.trainer_data import (
     set_metric_gauges,
     wait_for_dataset,
 )
+from rlstream.streams.trainer_intake import GroupIntake
 from rlstream.streams.trainer_rl import rl
 from rlstream.streams.trainer_summary import summarize
 from rlstream.trainers.checkpoint import latest_checkpoint, save_checkpoint, set_rng_state
@@ -75,8 +75,9 @@ PROGRESS_EVERY = 20
 start-up ends there); validation figures come at every pretrain.eval_interval"""
 
 
-class StreamTrainer:
-    """The training core (`TrainState`, `pretrain_step`, `rl_update`) fed from topics."""
+class StreamTrainer(GroupIntake):
+    """The training core (`TrainState`, `pretrain_step`, `rl_update`) fed from topics; its
+    intake of experience rows into groups is `GroupIntake`'s."""
 
     def __init__(self, cfg: Config, endpoints: Endpoints):
         self.cfg, self.endpoints = cfg, endpoints
@@ -233,64 +234,6 @@ class StreamTrainer:
         self.pretrain_eval["steps"] = st.pre_step
         st.start_rl()
         self.checkpoint()
-
-    def take(self, rows: list[dict]) -> None:
-        floor = self.state.version - self.cfg.rl.max_policy_lag
-        for row in rows:
-            if row in self.seen:
-                self.counters["duplicates_skipped"] += 1
-                prom.TRAINER_DUPLICATES.inc()
-                continue
-            if row["policy_version"] >= floor:  # an older row is stale: it is never trained
-                self.seen.add(row)
-            group = self.pending[row["request_id"]]
-            group[row["sample_idx"]] = row
-            if len(group) == self.cfg.rl.group_size:
-                rows_in_order = [group[i] for i in sorted(group)]
-                del self.pending[row["request_id"]]
-                errors = [r["env_error"] for r in rows_in_order if r.get("env_error")]
-                if errors:
-                    self.drop(rows_in_order, "env_failed")  # dead-lettered by the processors
-                    self.failed_in_a_row[errors[0].partition(":")[0]] += 1
-                    check_environment(self.failed_in_a_row, self.cfg.env.max_failed_groups)
-                    continue
-                self.failed_in_a_row.clear()
-                if self.filtering() and len({r["reward"] for r in rows_in_order}) == 1:
-                    self.drop_zero_variance(rows_in_order)
-                else:
-                    self.ready.append(rows_in_order)
-
-    def filtering(self) -> bool:
-        """Whether zero-variance groups are dropped now (on, and under the batch's cap)."""
-        rl = self.cfg.rl
-        cap = rl.filter_max_rounds * rl.prompts_per_step
-        return rl.filter_zero_variance and self.counters["filtered_this_batch"] < cap
-
-    def count_lag(self, group: list[dict]) -> None:
-        """Versions behind the trainer when consumed (dropped groups included)."""
-        self.counters[f"lag_{self.state.version - group[0]['policy_version']}"] += 1
-
-    def drop_zero_variance(self, group: list[dict]) -> None:
-        """A group that teaches nothing, filtered out: consumed (the scheduler refills), counted,
-        never trained."""
-        self.count_lag(group)
-        self.counters["groups_consumed"] += 1
-        self.counters["zero_variance_groups"] += 1
-        self.counters["filtered_groups"] += 1
-        self.counters["filtered_this_batch"] += 1
-        self.counters["refill_groups"] += 1
-        self.record(group, "filtered")
-        prom.TRAINER_GROUPS.inc()
-        prom.TRAINER_ZERO_VARIANCE_GROUPS.inc()
-
-    def drop(self, group: list[dict], outcome: str) -> None:
-        """A group never trained for a reason of its own (`outcome`): consumed and counted."""
-        self.count_lag(group)
-        self.counters["groups_consumed"] += 1
-        self.counters[f"{outcome}_groups"] += 1
-        self.counters["refill_groups"] += 1  # the scheduler issues another in its place
-        self.record(group, outcome)
-        prom.TRAINER_GROUPS.inc()
 
     def lm_batch(self, rows: int) -> tuple | None:
         """Hybrid mode: the pre-training share of this update, from a corpus that has taken in

@@ -18,7 +18,7 @@ from rlstream.connectors.endpoints import Endpoints
 from rlstream.connectors.objectstore import ObjectStore
 from rlstream.ops.launcher.figures import _run_rows
 from rlstream.streams.policystore import stored_versions
-from rlstream.trainers.selection.predictive import STRENGTH_GRID
+from rlstream.trainers.selection.trust import STRENGTH_GRID
 from tests.integration.conftest import cli
 
 pytestmark = pytest.mark.integration

@@ -309,17 +309,17 @@ def test_skill_gate_keeps_an_unskilled_ppm_near_uniform_and_trusts_a_skilled_one
     args = PredictiveArgs(prior_strength=16)
     for rates, skilled in ((true, True), ({k: 0.5 for k in true}, False)):
         s = PredictiveSampler(pool, 0, args, FixedPredictor(rates), emb)
-        assert s.skill == 0.0 and s.prior_strength() == 1.0  # nothing scored yet
+        assert s.trust.skill == 0.0 and s.prior_strength() == 1.0  # nothing scored yet
         for step in range(5):
             prompts = s.select(step, 32)
             s.update(prompts, bernoulli_rewards([true[p.prompt_id] for p in prompts], 8, rng))
         if skilled:
-            assert s.skill > 0.8 and s.prior_strength() > 12
+            assert s.trust.skill > 0.8 and s.prior_strength() > 12
         else:
-            assert s.skill < 0.2 and s.prior_strength() < 4  # ~ the mean: little better
+            assert s.trust.skill < 0.2 and s.prior_strength() < 4  # ~ the mean: little better
         restored = PredictiveSampler(pool, 1, args, FixedPredictor(rates), emb)
         restored.load_state_dict(s.state_dict())
-        assert restored.skill == s.skill
+        assert restored.trust.skill == s.trust.skill
 
 
 @pytest.mark.parametrize("tilt, hard_share", [(2.0, 1.0), (0.0, None)])

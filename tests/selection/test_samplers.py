@@ -314,7 +314,7 @@ def test_build_sampler_takes_the_prior_strength_from_the_config():
     s = build_sampler(sharp, pool, None, ppm_args=tuned_args())
     assert s.args.prior_strength == 64 and s.args.candidate_pool == tuned_args().candidate_pool
     # the skill gate scales what the config sets: full skill gives the whole strength
-    s.err_ppm, s.err_base = 0.0, 1.0
+    s.trust.err_ppm, s.trust.err_base = 0.0, 1.0
     assert s.prior_strength() == 64
     with pytest.raises(ConfigError, match="selection.ppm_prior_strength"):
         with_values(Config(), **{"selection.ppm_prior_strength": 0})

@@ -45,17 +45,13 @@ from rlstream.trainers.selection.acquisition import (
     informativeness,
     mmr_select,
     stratum_quotas,
-    strength_loglik,
 )
 from rlstream.trainers.selection.base import GroupOutcome, PoolSampler
 from rlstream.trainers.selection.mopps import beta_mean_std
 from rlstream.trainers.selection.ppm import PPMArgs, PromptPredictiveModel
 from rlstream.trainers.selection.predictive_args import PredictiveArgs
 from rlstream.trainers.selection.records import Selection, make_record
-
-STRENGTH_GRID = np.geomspace(0.25, 256.0, 31)
-"""prior strengths (rollouts) the 'fit' prior chooses among: 0.25 (a prediction says little
-more than the family's spread) to 256 (an oracle), about 26% apart"""
+from rlstream.trainers.selection.trust import Trust
 
 
 @register_sampler("ppm")
@@ -81,12 +77,7 @@ class PredictiveSampler(PoolSampler):
         self.own_s = np.zeros(len(self.stats))  # decayed successes per prompt
         self.own_f = np.zeros(len(self.stats))  # decayed failures
         self.group_size = 8  # G, until the first update shows the real one
-        self.err_ppm = self.err_base = 0.0  # decayed squared errors: PPM, running mean
-        self.seen_s = self.seen_n = 0.0  # successes and attempts so far (the running mean)
-        # 'fit' prior: decayed beta-binomial log-likelihood over STRENGTH_GRID and decayed
-        # group counts, per task family and pooled ("*")
-        self.strength_ll: dict[str, np.ndarray] = {}
-        self.strength_n: dict[str, float] = {}
+        self.trust = Trust(self.args)  # what a prediction is worth (trust.py)
         self.stratum = self._strata()
         self.screened = 0  # candidates scored for the last pick
         self.shortlist: dict[int, int] = {}  # pool position -> the round it was drawn in
@@ -112,36 +103,9 @@ class PredictiveSampler(PoolSampler):
             return self.embeddings[pos]
         return self.ppm.embed([self.pool[i] for i in pos])
 
-    @property
-    def skill(self) -> float:
-        """The PPM's recent Brier skill against the running mean pass rate, in [0, 1].
-
-        Prequential: each step's outcomes are scored against predictions made before the PPM
-        saw them. 0 until the PPM beats always predicting the mean (e.g. before any fit)."""
-        if self.err_base <= 1e-9:
-            return 0.0
-        return float(np.clip(1.0 - max(self.err_ppm, 0.0) / self.err_base, 0.0, 1.0))
-
     def prior_strength(self, family: str = "*") -> float:
-        """Rollouts a PPM prediction is worth in a prompt's prior (prior 'fit': in task
-        `family`, default pooled over all)."""
-        a = self.args
-        if a.prior == "fit":
-            return self.fitted_strength(family)
-        if not a.skill_gate:
-            return a.prior_strength
-        return max(a.min_prior_strength, a.prior_strength * self.skill)
-
-    def fitted_strength(self, family: str = "*") -> float:
-        """The grid strength of highest likelihood: the family's own plus the pooled one
-        weighted as fit_pooling groups; min_prior_strength before any outcome."""
-        n_all = self.strength_n.get("*", 0.0)
-        if n_all <= 0:
-            return self.args.min_prior_strength
-        ll = self.strength_ll["*"]
-        if family != "*":
-            ll = ll * (self.args.fit_pooling / n_all) + self.strength_ll.get(family, 0.0)
-        return float(STRENGTH_GRID[int(np.argmax(ll))])
+        """Rollouts a PPM prediction is worth in a prompt's prior (`Trust.strength`)."""
+        return self.trust.strength(family)
 
     def family_strengths(self) -> dict[str, float]:
         """prior_strength() of each task family in the pool."""
@@ -160,38 +124,6 @@ class PredictiveSampler(PoolSampler):
         mu = np.clip(self.ppm.predict(prompts), 1e-3, 1 - 1e-3)
         sidx, k = self.stats.of_pool[pos], self.prompt_strengths(prompts)
         return k * mu + self.own_s[sidx], k * (1 - mu) + self.own_f[sidx]
-
-    def fold_strength(self, prompts: list[Prompt], pred: np.ndarray, successes, attempts):
-        """Add one step's outcomes to the strength likelihoods (decayed, per family and
-        pooled)."""
-        ll = strength_loglik(pred, successes, attempts, STRENGTH_GRID)
-        d = self.args.fit_decay ** (len(prompts) / 32)
-        for key in self.strength_ll:
-            self.strength_ll[key] *= d
-            self.strength_n[key] *= d
-        names = np.array([p.task for p in prompts] + ["*"] * len(prompts))
-        rows = np.concatenate([ll, ll])
-        for key in np.unique(names):
-            here = names == key
-            self.strength_ll[key] = self.strength_ll.get(key, 0.0) + rows[here].sum(0)
-            self.strength_n[key] = self.strength_n.get(key, 0.0) + float(here.sum())
-
-    def score_skill(self, prompts: list[Prompt], outcomes: list[GroupOutcome]) -> None:
-        """Fold one step's outcomes into the PPM's skill (before the PPM learns from them)."""
-        n = np.array([o.attempts for o in outcomes], dtype=float)
-        rate = np.array([o.successes for o in outcomes]) / n
-        # unbiased binomial noise of each observed rate: both errors contain it; without it a
-        # perfect PPM looks no better than the mean on the p ~ 0.5 prompts it picks
-        noise = rate * (1 - rate) / np.maximum(n - 1, 1)
-        base = self.seen_s / self.seen_n if self.seen_n else 0.5
-        r = self.args.skill_decay
-        pred = self.ppm.predict(prompts)
-        if self.args.prior == "fit":
-            self.fold_strength(prompts, pred, [o.successes for o in outcomes], n)
-        self.err_ppm = r * self.err_ppm + float(((pred - rate) ** 2 - noise).sum())
-        self.err_base = r * self.err_base + float(((base - rate) ** 2 - noise).sum())
-        self.seen_s += sum(o.successes for o in outcomes)
-        self.seen_n += sum(o.attempts for o in outcomes)
 
     def select_scored(self, step: int, batch_size: int) -> Selection:
         a = self.args
@@ -348,7 +280,7 @@ class PredictiveSampler(PoolSampler):
 
     def observe(self, prompts: list[Prompt], idx: np.ndarray, outcomes: list[GroupOutcome]):
         self.group_size = outcomes[0].attempts
-        self.score_skill(prompts, outcomes)
+        self.trust.score(prompts, self.ppm.predict(prompts), outcomes)  # before the PPM learns
         d = self.args.decay
         touched = np.unique(idx)
         self.own_s[touched] *= d
@@ -365,26 +297,15 @@ class PredictiveSampler(PoolSampler):
             "own_s": self.own_s.copy(),
             "own_f": self.own_f.copy(),
             "ppm": self.ppm.state_dict(),
-            "skill": [self.err_ppm, self.err_base, self.seen_s, self.seen_n],
             "group_size": self.group_size,
-            "strength_fit": {
-                k: [ll.tolist(), self.strength_n[k]] for k, ll in self.strength_ll.items()
-            },
+            **self.trust.state_dict(),
         }
 
     def load_extra_state(self, state: dict) -> None:
         self.own_s[:], self.own_f[:] = state["own_s"], state["own_f"]
         self.ppm.load_state_dict(state["ppm"])
         self.group_size = state.get("group_size", self.group_size)
-        self._load_trust(state)
-
-    def _load_trust(self, state: dict) -> None:
-        """How much the PPM's predictions are worth: its skill and the strength fit."""
-        # states saved before the skill gate existed restore with no skill measured yet
-        self.err_ppm, self.err_base, self.seen_s, self.seen_n = state.get("skill", [0.0] * 4)
-        fit = state.get("strength_fit", {})  # none in states saved before the 'fit' prior
-        self.strength_ll = {k: np.array(ll) for k, (ll, _) in fit.items()}
-        self.strength_n = {k: float(n) for k, (_, n) in fit.items()}
+        self.trust.load_state_dict(state)
 
     def warm_state(self) -> dict:
         """What another run's sampler starts from (`start_from`): the PPM and what its
@@ -403,4 +324,4 @@ class PredictiveSampler(PoolSampler):
             return
         self.ppm.start_from(state["ppm"], neighbours)
         self.group_size = state.get("group_size", self.group_size)
-        self._load_trust(state)
+        self.trust.load_state_dict(state)
