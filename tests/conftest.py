@@ -1,10 +1,11 @@
 """Suite-wide collection order: the longest files first.
 
-The test command runs the suite on two workers, a file at a time each (`pytest -n 2 --dist
-loadfile --no-loadscope-reorder`, scripts/test.sh). Handing out the longest files first (each
-takes a minute or more: a live run shared by its tests) lets the short ones fill in behind
-them, so both workers finish together instead of one running a long file alone at the end.
-Within a file the order is unchanged; files not named keep theirs, after these.
+With `RLSTREAM_TEST_WORKERS=2` the test command runs the suite on two workers, a file at a
+time each (`pytest -n 2 --dist loadfile --no-loadscope-reorder`, scripts/test.sh). Handing out
+the longest files first (each takes a minute or more: a live run shared by its tests) lets the
+short ones fill in behind them, so both workers finish together instead of one running a long
+file alone at the end. Within a file the order is unchanged; files not named keep theirs,
+after these.
 """
 
 from __future__ import annotations

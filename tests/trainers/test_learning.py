@@ -21,7 +21,7 @@ def test_rl_improves_held_out_greedy_and_pass1(tmp_path):
             "rl.steps=40",  # 44.5% -> 95.3% greedy, pass@1 48.0% -> 80.8% (60 steps: 95.3%, 83.3%)
             "eval.interval=20",
             "selection.sampler=uniform",  # the thresholds below were set with uniform selection
-            "model.threads=1",  # a core of the two: the suite runs on two workers
+            "model.threads=1",  # a core of the two: the suite can run on two workers
         ],
     )
     s = train_local(cfg, LocalOptions(out_dir=str(tmp_path), progress=False))
