@@ -18,8 +18,8 @@ ruff format --check rlstream tests
 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"  # broken links fail the build
 # RLSTREAM_TEST_WORKERS=2: two workers, a file at a time each (a file's tests share its live
 # run), the longest files first (tests/conftest.py), each with its own embedded stack: 19 min
-# instead of 31 on 2 cores, but 1 run in 3 hit a race one worker at a time has not shown
-# (CHANGELOG), so one worker stays the default
+# instead of 31 on 2 cores; one worker stays the default until two have been green several
+# times in a row (the races they found so far are fixed: CHANGELOG)
 PARALLEL=()
 if [ "${RLSTREAM_TEST_WORKERS:-1}" -gt 1 ]; then
   PARALLEL=(-n "$RLSTREAM_TEST_WORKERS" --dist loadfile --no-loadscope-reorder)

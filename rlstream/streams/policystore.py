@@ -135,11 +135,18 @@ def fetch_policy(store: ObjectStore, uri: str, device: str = "cpu") -> Policy:
         if not (directory / POLICY_META).is_file():
             raise FileNotFoundError(f"no policy version in {directory}")
         try:
-            return load_policy(directory, device)
+            policy = load_policy(directory, device)
         except OSError as exc:
             if not (directory / POLICY_META).is_file() or not directory.is_dir():
                 raise FileNotFoundError(f"{directory} was pruned while it was read") from exc
             raise
+        # The pruning removes rlstream.json first: still there, no file went before the read
+        # ended. Gone, the read may have raced the deletion without an error: transformers
+        # built a tokenizer of one token from a directory that had lost tokenizer.json and
+        # tokenizer_config.json, and a rollout worker dead-lettered every request with it.
+        if not (directory / POLICY_META).is_file():
+            raise FileNotFoundError(f"{directory} was pruned while it was read")
+        return policy
     with tempfile.TemporaryDirectory() as d:
         return load_policy(download_policy(store, uri, d), device)
 

@@ -133,3 +133,30 @@ def test_a_version_pruned_while_it_is_loaded_reads_as_gone(tmp_path, monkeypatch
     monkeypatch.setattr(policystore, "load_policy", pruned_meanwhile)
     with pytest.raises(FileNotFoundError, match="pruned while it was read"):
         policystore.fetch_policy(None, uri)
+
+
+def test_a_version_pruned_between_its_weights_and_its_tokenizer_reads_as_gone(
+    tmp_path, monkeypatch
+):
+    """The pruning removed the tokenizer's files after the model was read: transformers then
+    loads a tokenizer of one token without an error (a rollout worker dead-lettered every
+    request it read with it, in CI). Gone, as any version pruned while it is read."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from rlstream.streams import policystore
+    from rlstream.trainers import policy as policy_module
+
+    shared = policystore.SharedPolicies(tmp_path, "run-c", keep=1, every=0)
+    uri = shared.write(replace(build_policy(), version=3))
+    real = policy_module.Tokenizer.load
+
+    def pruned_meanwhile(directory):
+        # the trainer's pruning, halfway: rlstream.json first, then the tokenizer's files
+        for name in (policy_module.POLICY_META, "tokenizer.json", "tokenizer_config.json"):
+            (Path(directory) / name).unlink()
+        return real(directory)
+
+    monkeypatch.setattr(policy_module.Tokenizer, "load", staticmethod(pruned_meanwhile))
+    with pytest.raises(FileNotFoundError, match="pruned while it was read"):
+        policystore.fetch_policy(None, uri)
